@@ -1,0 +1,38 @@
+# Resolves the AUTO options into ARACHNE_HAVE_{TORCH,CUDA,NCCL}. An option set
+# to ON fails the configure when its dependency is missing; AUTO quietly turns
+# it off; OFF never looks.
+
+set(ARACHNE_HAVE_TORCH OFF)
+if(NOT ARACHNE_WITH_TORCH STREQUAL "OFF")
+  find_package(Torch QUIET)
+  if(Torch_FOUND)
+    set(ARACHNE_HAVE_TORCH ON)
+  elseif(ARACHNE_WITH_TORCH STREQUAL "ON")
+    message(FATAL_ERROR "ARACHNE_WITH_TORCH=ON but LibTorch was not found (apt install libtorch-dev)")
+  endif()
+endif()
+
+set(ARACHNE_HAVE_CUDA OFF)
+if(NOT ARACHNE_WITH_CUDA STREQUAL "OFF")
+  if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+    set(CUDAToolkit_ROOT /usr/local/cuda)
+  endif()
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    set(ARACHNE_HAVE_CUDA ON)
+  elseif(ARACHNE_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "ARACHNE_WITH_CUDA=ON but no CUDA toolkit was found (looked in /usr/local/cuda)")
+  endif()
+endif()
+
+set(ARACHNE_HAVE_NCCL OFF)
+if(NOT ARACHNE_WITH_NCCL STREQUAL "OFF" AND ARACHNE_HAVE_CUDA)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include /usr/local/cuda/include)
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(ARACHNE_HAVE_NCCL ON)
+  endif()
+endif()
+if(ARACHNE_WITH_NCCL STREQUAL "ON" AND NOT ARACHNE_HAVE_NCCL)
+  message(FATAL_ERROR "ARACHNE_WITH_NCCL=ON but nccl.h / libnccl were not found")
+endif()

@@ -1,0 +1,2 @@
+// Placeholder until the CLI commands land.
+namespace arachne {}
