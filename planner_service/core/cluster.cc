@@ -37,6 +37,11 @@ absl::StatusOr<Cluster> Cluster::Create(std::vector<Node> nodes,
           absl::StrCat(where, ".gpus: must be > 0, got ", n.num_gpus,
                        " (node \"", n.name, "\")"));
     }
+    if (n.num_gpus > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".gpus: at most 64 GPUs per node, got ",
+                       n.num_gpus, " (node \"", n.name, "\")"));
+    }
     if (!(n.nic_gbps > 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ".nic_gbps: must be > 0, got ", n.nic_gbps,

@@ -97,6 +97,11 @@ struct Plan {
   }
 };
 
+// Whether every group of `group` consecutive GPUs of stage `s` (the stage's
+// GPUs flattened replica-major, tp per replica) lies inside one node. Expert
+// groups are formed this way: ETP innermost, then EP, then EDP.
+bool GroupsStayInNode(const Template& t, int s, int group);
+
 }  // namespace arachne
 
 #endif  // ARACHNE_PLANNER_SERVICE_CORE_PLAN_H_

@@ -1,0 +1,68 @@
+// Arithmetic auto-fill (paper §5.3): completes a structural template (GPU
+// type and TP degree per stage) into a priced template of a plan: data-
+// parallel replicas (as many as the free nodes pack), micro-batch size (every
+// profiled power of two up to the largest that fits, keeping the fastest for
+// the plan so far), layer split (proportional to profiled stage speed, then a
+// fixed list of alternatives when memory fails) and, for MoE stages, the
+// expert tiling EP x ETP x EDP (every factorisation priced).
+#ifndef ARACHNE_PLANNER_SERVICE_CORE_AUTO_FILL_H_
+#define ARACHNE_PLANNER_SERVICE_CORE_AUTO_FILL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "planner_service/core/cost_model.h"
+#include "planner_service/core/node_pool.h"
+#include "planner_service/core/plan.h"
+
+namespace arachne {
+
+// One stage of a structural template.
+struct StageChoice {
+  int gpu_type = -1;
+  int tp = 1;
+  friend bool operator==(const StageChoice&, const StageChoice&) = default;
+};
+
+struct FillResult {
+  Plan plan;               // so_far plus the filled template, balanced
+  NodePool pool;           // GPUs left free after it
+  double iteration_time_s = kInfeasible;
+};
+
+class AutoFill {
+ public:
+  // `cost_model` must outlive the AutoFill.
+  explicit AutoFill(const CostModel& cost_model) : cm_(cost_model) {}
+
+  // Fills `structure` on the GPUs `pool` leaves free and returns the best
+  // plan `so_far` + the new template. FailedPrecondition saying why when no
+  // replica fits on the free nodes or every candidate is out of memory;
+  // `evaluations` (optional) counts plans priced.
+  absl::StatusOr<FillResult> Extend(const Plan& so_far, const NodePool& pool,
+                                    absl::Span<const StageChoice> structure,
+                                    int64_t* evaluations = nullptr) const;
+
+  // Layer splits tried for a template (exposed for tests): proportional to
+  // speed; the same with each stage capped at the layers that fit in its
+  // memory; even. Each split covers all layers, >= 1 per stage. Empty entries
+  // are omitted (e.g. when the caps cannot hold the model).
+  std::vector<std::vector<int>> CandidateSplits(const Plan& plan,
+                                                int template_index) const;
+
+ private:
+  // Picks the fastest expert tiling per MoE stage, then re-selects each
+  // against the whole iteration. Returns the iteration time.
+  double ChooseExpertTilings(Plan& plan, int template_index,
+                             int64_t* evaluations) const;
+  // Balances the batch and prices the plan.
+  double Price(Plan& plan, int64_t* evaluations) const;
+
+  const CostModel& cm_;
+};
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_CORE_AUTO_FILL_H_

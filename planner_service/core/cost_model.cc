@@ -1,0 +1,584 @@
+#include "planner_service/core/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "glog/logging.h"
+
+namespace arachne {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+constexpr int kMaxDepth = 128;
+
+}  // namespace
+
+// Facts about one template's placement that several terms need; computed in
+// one pass over the placement so pricing stays linear in its size.
+struct CostModel::PlacementFacts {
+  // Lowest per-GPU NIC share (GB/s) over the nodes of each stage.
+  std::array<double, kMaxDepth> stage_min_share;
+  // Bandwidth (GB/s) of the slowest link from stage s to s+1 over replicas.
+  std::array<double, kMaxDepth> boundary_gbps;
+  // Whether all replicas of stage s sit on one node.
+  std::array<bool, kMaxDepth> stage_single_node;
+  double min_share = kInfeasible;
+};
+
+int Log2Exact(int v) {
+  if (v <= 0 || (v & (v - 1)) != 0) return -1;
+  int l = 0;
+  while ((1 << l) < v) ++l;
+  return l;
+}
+
+absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
+                                            const ModelSpec& model,
+                                            const TrainingConfig& training,
+                                            const Cluster& cluster,
+                                            const ProfileStore& profiles,
+                                            CostParams params) {
+  if (absl::Status s = model.Validate(); !s.ok()) return s;
+  if (absl::Status s = training.Validate(); !s.ok()) return s;
+  CostModel cm;
+  cm.catalog_ = &catalog;
+  cm.cluster_ = &cluster;
+  cm.model_ = model;
+  cm.training_ = training;
+  cm.params_ = params;
+  cm.has_dense_layers_ = !model.is_moe() || model.moe.dense_first_layers > 0;
+  cm.iteration_flops_ = model.ModelTrainFlopsPerToken(training.seq_len) *
+                        static_cast<double>(training.seq_len) *
+                        training.global_batch;
+  for (int i = 0; i < cluster.num_nodes(); ++i) {
+    cm.nic_share_.push_back(cluster.NicGBps(i) * params.nic_efficiency /
+                            cluster.node(i).num_gpus);
+  }
+  cm.cells_.resize(static_cast<size_t>(catalog.size()) * (kMaxTpLog2 + 1) *
+                   (kMaxMbsLog2 + 1));
+  const std::string& profile_model =
+      model.profile_name.empty() ? model.name : model.profile_name;
+  const double bytes16 = 2.0;
+  for (int type : cluster.types_present()) {
+    const GpuType& gpu = catalog.type(type);
+    for (int tl = 0; tl <= kMaxTpLog2; ++tl) {
+      for (int ml = 0; ml <= kMaxMbsLog2; ++ml) {
+        auto& cell = cm.cells_[cm.CellIndex(type, tl, ml)];
+        for (int k = 0; k < kNumLayerKinds; ++k) {
+          const LayerKind kind = static_cast<LayerKind>(k);
+          ProfileKey key{profile_model, kind, gpu.id, 1 << tl, 1 << ml,
+                         training.seq_len};
+          const ProfileEntry* e = profiles.Find(key);
+          if (e == nullptr) continue;
+          LayerCost& c = cell[k];
+          c.present = true;
+          c.fwd_s = e->fwd_ms * 1e-3;
+          const double bwd_s = e->bwd_ms * 1e-3;
+          c.tp_comm_s = e->tp_comm_ms * 1e-3;
+          c.params = static_cast<double>(e->param_count);
+          const double act = static_cast<double>(e->activation_bytes);
+          const bool block = kind == LayerKind::kDense ||
+                             kind == LayerKind::kMoeAttention ||
+                             kind == LayerKind::kMoeExperts;
+          c.compute_s = c.fwd_s + bwd_s;
+          c.activation_bytes = act;
+          if (block && training.recompute == Recompute::kSelective) {
+            c.compute_s += params.selective_recompute_fwd_fraction * c.fwd_s;
+            c.activation_bytes = act * params.selective_activation_fraction;
+          } else if (block && training.recompute == Recompute::kFull) {
+            // Keep only the block input (sequence-parallel shard); the
+            // forward runs again before the backward.
+            c.compute_s += c.fwd_s;
+            c.activation_bytes =
+                kind == LayerKind::kMoeExperts
+                    ? 0
+                    : bytes16 * (1 << ml) * training.seq_len * model.hidden /
+                          (1 << tl);
+          }
+        }
+      }
+    }
+  }
+  return cm;
+}
+
+int CostModel::CellIndex(int gpu_type, int tp_log2, int mbs_log2) const {
+  return (gpu_type * (kMaxTpLog2 + 1) + tp_log2) * (kMaxMbsLog2 + 1) +
+         mbs_log2;
+}
+
+const LayerCost& CostModel::Layer(LayerKind kind, int gpu_type, int tp,
+                                  int mbs) const {
+  const int tl = Log2Exact(tp), ml = Log2Exact(mbs);
+  if (gpu_type < 0 || gpu_type >= catalog_->size() || tl < 0 ||
+      tl > kMaxTpLog2 || ml < 0 || ml > kMaxMbsLog2) {
+    return absent_;
+  }
+  return cells_[CellIndex(gpu_type, tl, ml)][static_cast<int>(kind)];
+}
+
+bool CostModel::Supports(int gpu_type, int tp, int mbs) const {
+  if (has_dense_layers_ && !HasProfile(LayerKind::kDense, gpu_type, tp, mbs))
+    return false;
+  if (model_.is_moe() &&
+      !HasProfile(LayerKind::kMoeAttention, gpu_type, tp, mbs))
+    return false;
+  return HasProfile(LayerKind::kEmbedding, gpu_type, tp, mbs) &&
+         HasProfile(LayerKind::kLmHead, gpu_type, tp, mbs);
+}
+
+double CostModel::UsableMemoryGib(int gpu_type) const {
+  return catalog_->type(gpu_type).memory_gib * params_.usable_memory_fraction;
+}
+
+CostModel::PlacementFacts CostModel::FactsOf(const Template& t) const {
+  const Cluster& cluster = *cluster_;
+  const GpuCatalog& catalog = *catalog_;
+  const std::vector<double>& nic_share = nic_share_;
+  const double p2p_nic_eff = params_.nic_efficiency;
+  PlacementFacts f;
+  const int d = t.depth();
+  for (int s = 0; s < d; ++s) {
+    f.stage_min_share[s] = kInfeasible;
+    f.boundary_gbps[s] = kInfeasible;
+    f.stage_single_node[s] = true;
+  }
+  for (int r = 0; r < t.replicas; ++r) {
+    for (int s = 0; s < d; ++s) {
+      const int node = t.at(r, s).node;
+      f.stage_min_share[s] = std::min(f.stage_min_share[s], nic_share[node]);
+      if (node != t.at(0, s).node) f.stage_single_node[s] = false;
+      if (s + 1 < d) {
+        const int next = t.at(r, s + 1).node;
+        double bw;
+        if (next == node) {
+          bw = catalog.type(t.stages[s].gpu_type).intra_node_gbps;
+        } else {
+          // The TP group's share of each node's NIC: every GPU of a node
+          // sends at the same time in the steady state.
+          bw = std::min(
+              std::min(nic_share[node] * t.stages[s].tp,
+                       nic_share[next] * t.stages[s + 1].tp),
+              std::min(cluster.NicGBps(node), cluster.NicGBps(next)) *
+                  p2p_nic_eff);
+        }
+        f.boundary_gbps[s] = std::min(f.boundary_gbps[s], bw);
+      }
+    }
+  }
+  for (int s = 0; s < d; ++s) f.min_share = std::min(f.min_share, f.stage_min_share[s]);
+  return f;
+}
+
+CostModel::StageTerms CostModel::StageTimeTerms(
+    const Plan& plan, int t, int s, const PlacementFacts& f) const {
+  const Template& tmpl = plan.templates[t];
+  StageTerms terms;
+  const Stage& st = tmpl.stages[s];
+  const int mbs = tmpl.micro_batch_size;
+  const double h = model_.hidden;
+  const int n_moe = model_.MoeLayersIn(st.layer_begin, st.layer_end);
+  const int n_dense = st.num_layers() - n_moe;
+  auto inf = [] {
+    StageTerms x;
+    x.compute_s = kInfeasible;
+    return x;
+  };
+  if (n_dense > 0) {
+    const LayerCost& c = Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs);
+    if (!c.present) return inf();
+    terms.compute_s += n_dense * c.compute_s;
+    terms.tp_comm_s += n_dense * c.tp_comm_s;
+  }
+  if (n_moe > 0) {
+    const LayerCost& a = Layer(LayerKind::kMoeAttention, st.gpu_type, st.tp, mbs);
+    const LayerCost& e =
+        Layer(LayerKind::kMoeExperts, st.gpu_type, st.tiling.etp, mbs);
+    if (!a.present || !e.present) return inf();
+    const double scale = static_cast<double>(st.tiling.etp) / st.tp;
+    terms.compute_s += n_moe * (a.compute_s + e.compute_s * scale);
+    terms.tp_comm_s += n_moe * (a.tp_comm_s + e.tp_comm_s * scale);
+    if (st.tiling.ep > 1) {
+      // Dispatch + combine, forward and backward: 4 * k * h * 2 bytes per
+      // token of this GPU (sequence-parallel share), (ep-1)/ep leaves it.
+      const double tokens = static_cast<double>(mbs) * training_.seq_len / st.tp;
+      const double bytes = 4.0 * model_.moe.top_k * h * 2.0 * tokens *
+                           (st.tiling.ep - 1) / st.tiling.ep;
+      const bool intra = GroupsStayInNode(tmpl, s, st.tiling.etp * st.tiling.ep);
+      const double bw = intra ? catalog_->type(st.gpu_type).intra_node_gbps
+                              : f.stage_min_share[s];
+      const double latency = 4.0 * (st.tiling.ep - 1) *
+                             (intra ? params_.intra_node_step_latency_s
+                                    : params_.network_step_latency_s);
+      terms.all_to_all_s = n_moe * (bytes / (bw * 1e9) + latency);
+    }
+  }
+  if (s == 0) {
+    const LayerCost& c = Layer(LayerKind::kEmbedding, st.gpu_type, st.tp, mbs);
+    if (!c.present) return inf();
+    terms.compute_s += c.compute_s;
+    terms.tp_comm_s += c.tp_comm_s;
+  }
+  if (s == tmpl.depth() - 1) {
+    const LayerCost& c = Layer(LayerKind::kLmHead, st.gpu_type, st.tp, mbs);
+    if (!c.present) return inf();
+    terms.compute_s += c.compute_s;
+    terms.tp_comm_s += c.tp_comm_s;
+  }
+  if (s + 1 < tmpl.depth()) {
+    // Output activations forward and their gradient backward.
+    const double bytes = 2.0 * mbs * training_.seq_len * h;
+    terms.p2p_s = 2.0 * (bytes / (f.boundary_gbps[s] * 1e9) + params_.p2p_latency_s);
+  }
+  return terms;
+}
+
+double CostModel::StageTime(const Plan& plan, int t, int s) const {
+  return StageTimeTerms(plan, t, s, FactsOf(plan.templates[t])).total();
+}
+
+StageMemory CostModel::StageMemoryOf(const Plan& plan, int t, int s) const {
+  const Template& tmpl = plan.templates[t];
+  const Stage& st = tmpl.stages[s];
+  const int mbs = tmpl.micro_batch_size;
+  int total_replicas = 0;
+  for (const Template& x : plan.templates) total_replicas += x.replicas;
+  const int n_moe = model_.MoeLayersIn(st.layer_begin, st.layer_end);
+  const int n_dense = st.num_layers() - n_moe;
+  double p_ne = 0, p_e = 0, act = 0, working = 0, extra_act = 0;
+  if (n_dense > 0) {
+    const LayerCost& c = Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs);
+    p_ne += n_dense * c.params;
+    act += n_dense * c.activation_bytes;
+  }
+  if (n_moe > 0) {
+    const LayerCost& a = Layer(LayerKind::kMoeAttention, st.gpu_type, st.tp, mbs);
+    const LayerCost& e =
+        Layer(LayerKind::kMoeExperts, st.gpu_type, st.tiling.etp, mbs);
+    const double scale = static_cast<double>(st.tiling.etp) / st.tp;
+    p_ne += n_moe * a.params;
+    p_e += n_moe * e.params / st.tiling.ep;
+    act += n_moe * (a.activation_bytes + e.activation_bytes * scale);
+  }
+  if (training_.recompute == Recompute::kFull) {
+    // One block's full activations live while it is recomputed.
+    const double full_layer =
+        2.0 * mbs * training_.seq_len * model_.hidden * 17.0 / st.tp;
+    working = full_layer;
+  }
+  if (s == 0) {
+    const LayerCost& c = Layer(LayerKind::kEmbedding, st.gpu_type, st.tp, mbs);
+    p_ne += c.params;
+    extra_act += c.activation_bytes;
+  }
+  if (s == tmpl.depth() - 1) {
+    const LayerCost& c = Layer(LayerKind::kLmHead, st.gpu_type, st.tp, mbs);
+    p_ne += c.params;
+    extra_act += c.activation_bytes;  // logits of the one micro-batch in loss
+  }
+  const double dp_ne = params_.optimizer_bytes_per_param > 0 &&
+                               training_.distributed_optimizer
+                           ? total_replicas
+                           : 1;
+  const double edp_all = std::max(
+      1.0, static_cast<double>(st.tiling.edp) * total_replicas / tmpl.replicas);
+  const double dp_e = training_.distributed_optimizer ? edp_all : 1;
+  const double state_bytes =
+      (p_ne + p_e) * (params_.weight_bytes_per_param + params_.grad_bytes_per_param) +
+      params_.optimizer_bytes_per_param * (p_ne / dp_ne + p_e / dp_e);
+  const int in_flight = std::min(tmpl.depth() - s, tmpl.max_micro_batches());
+  StageMemory m;
+  m.weights_gib = state_bytes / kGiB;
+  m.activations_gib = (in_flight * act + working + extra_act) / kGiB;
+  m.reserve_gib = params_.framework_reserve_gib;
+  return m;
+}
+
+Infeasibility CostModel::BalanceMicroBatches(Plan& plan) const {
+  const int n = static_cast<int>(plan.templates.size());
+  const int64_t batch = training_.global_batch;
+  if (n == 0) return Infeasibility::kBadStructure;
+  if (n == 1) {
+    Template& t = plan.templates[0];
+    if (batch % t.micro_batch_size != 0) return Infeasibility::kBadBatch;
+    t.total_micro_batches = static_cast<int>(batch / t.micro_batch_size);
+    return t.total_micro_batches >= t.replicas ? Infeasibility::kOk
+                                               : Infeasibility::kBadBatch;
+  }
+  // Per template: steady-state time per micro-batch (max stage) and the
+  // fill/drain (sum of stages), so a replica with m micro-batches takes
+  // (m - 1) * max + sum.
+  std::array<double, 64> max_t{}, sum_t{};
+  if (n > 64) return Infeasibility::kBadStructure;
+  for (int j = 0; j < n; ++j) {
+    const Template& t = plan.templates[j];
+    const PlacementFacts f = FactsOf(t);
+    for (int s = 0; s < t.depth(); ++s) {
+      const double ts = StageTimeTerms(plan, j, s, f).total();
+      if (!std::isfinite(ts)) return Infeasibility::kMissingProfile;
+      max_t[j] = std::max(max_t[j], ts);
+      sum_t[j] += ts;
+    }
+  }
+  // Smallest time X at which the replicas, each running as many whole
+  // micro-batches as fit in X, cover the batch.
+  auto capacity = [&](double x, std::array<int64_t, 64>& m) {
+    int64_t samples = 0;
+    for (int j = 0; j < n; ++j) {
+      const Template& t = plan.templates[j];
+      m[j] = x < sum_t[j] ? 1
+                          : 1 + static_cast<int64_t>((x - sum_t[j]) / max_t[j]);
+      samples += m[j] * t.replicas * t.micro_batch_size;
+    }
+    return samples;
+  };
+  std::array<int64_t, 64> m{};
+  double lo = 0, hi = 0;
+  for (int j = 0; j < n; ++j) {
+    const Template& t = plan.templates[j];
+    hi = std::max(hi, sum_t[j] + max_t[j] * (batch / (t.replicas * t.micro_batch_size) + 1));
+  }
+  if (capacity(lo, m) >= batch) {
+    hi = lo;
+  } else {
+    for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      if (capacity(mid, m) >= batch) hi = mid; else lo = mid;
+    }
+  }
+  int64_t samples = capacity(hi, m);
+  std::array<int64_t, 64> total{};
+  for (int j = 0; j < n; ++j) total[j] = m[j] * plan.templates[j].replicas;
+  // Give back the excess, whole micro-batches from the largest sizes first,
+  // taking from the templates whose busiest replica finishes last.
+  int64_t excess = samples - batch;
+  while (excess > 0) {
+    int best = -1;
+    double best_time = -1;
+    for (int j = 0; j < n; ++j) {
+      const Template& t = plan.templates[j];
+      if (t.micro_batch_size > excess || total[j] <= t.replicas) continue;
+      const int64_t mm = (total[j] + t.replicas - 1) / t.replicas;
+      const double time = sum_t[j] + (mm - 1) * max_t[j];
+      if (best < 0 || t.micro_batch_size > plan.templates[best].micro_batch_size ||
+          (t.micro_batch_size == plan.templates[best].micro_batch_size &&
+           time > best_time)) {
+        best = j;
+        best_time = time;
+      }
+    }
+    if (best < 0) return Infeasibility::kBadBatch;
+    --total[best];
+    excess -= plan.templates[best].micro_batch_size;
+  }
+  for (int j = 0; j < n; ++j) {
+    if (total[j] < plan.templates[j].replicas) return Infeasibility::kBadBatch;
+    plan.templates[j].total_micro_batches = static_cast<int>(total[j]);
+  }
+  return Infeasibility::kOk;
+}
+
+double CostModel::Evaluate(const Plan& plan, Infeasibility* why,
+                           Prediction* detail) const {
+  auto fail = [&](Infeasibility w) {
+    if (why) *why = w;
+    return kInfeasible;
+  };
+  if (plan.templates.empty()) return fail(Infeasibility::kBadStructure);
+  int total_replicas = 0;
+  int64_t samples = 0;
+  for (const Template& t : plan.templates) {
+    if (t.depth() == 0 || t.depth() > kMaxDepth || t.replicas <= 0)
+      return fail(Infeasibility::kBadStructure);
+    total_replicas += t.replicas;
+    samples += static_cast<int64_t>(t.total_micro_batches) * t.micro_batch_size;
+  }
+  if (samples != training_.global_batch) return fail(Infeasibility::kBadBatch);
+
+  // Nodes the whole plan touches: a plan inside one node syncs over NVLink.
+  const int first_node = plan.templates[0].placement[0].node;
+  bool plan_single_node = true;
+  double plan_min_share = kInfeasible;
+  std::array<PlacementFacts, 16> facts_small;
+  std::vector<PlacementFacts> facts_large;
+  PlacementFacts* facts = facts_small.data();
+  if (plan.templates.size() > facts_small.size()) {
+    facts_large.resize(plan.templates.size());
+    facts = facts_large.data();
+  }
+  for (size_t j = 0; j < plan.templates.size(); ++j) {
+    const Template& t = plan.templates[j];
+    facts[j] = FactsOf(t);
+    plan_min_share = std::min(plan_min_share, facts[j].min_share);
+    for (const StagePlacement& p : t.placement)
+      if (p.node != first_node) plan_single_node = false;
+  }
+
+  if (detail) {
+    detail->stage_memory.assign(plan.templates.size(), {});
+    detail->max_memory_gib = 0;
+  }
+  double worst_pipeline = 0, worst_sync = 0, worst_opt = 0;
+  int critical = 0;
+  for (size_t j = 0; j < plan.templates.size(); ++j) {
+    const Template& t = plan.templates[j];
+    const int d = t.depth();
+    const int mbs = t.micro_batch_size;
+    double max_t = 0, sum_t = 0;
+    for (int s = 0; s < d; ++s) {
+      const Stage& st = t.stages[s];
+      // Memory first: an OOM plan is never priced.
+      StageMemory mem = StageMemoryOf(plan, static_cast<int>(j), s);
+      if (detail) {
+        detail->stage_memory[j].push_back(mem);
+        detail->max_memory_gib = std::max(detail->max_memory_gib, mem.total_gib());
+      }
+      if (mem.total_gib() > UsableMemoryGib(st.gpu_type))
+        return fail(Infeasibility::kOutOfMemory);
+      const double ts =
+          StageTimeTerms(plan, static_cast<int>(j), s, facts[j]).total();
+      if (!std::isfinite(ts)) return fail(Infeasibility::kMissingProfile);
+      max_t = std::max(max_t, ts);
+      sum_t += ts;
+
+      // Gradient synchronisation of this stage's layers over every replica
+      // of every template (ring all-reduce), experts over their EDP copies.
+      const int n_moe = model_.MoeLayersIn(st.layer_begin, st.layer_end);
+      const int n_dense = st.num_layers() - n_moe;
+      double p_ne = 0, p_e = 0;
+      if (n_dense > 0) p_ne += n_dense * Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs).params;
+      if (n_moe > 0) {
+        p_ne += n_moe * Layer(LayerKind::kMoeAttention, st.gpu_type, st.tp, mbs).params;
+        p_e += n_moe * Layer(LayerKind::kMoeExperts, st.gpu_type, st.tiling.etp, mbs).params /
+               st.tiling.ep;
+      }
+      if (s == 0) p_ne += Layer(LayerKind::kEmbedding, st.gpu_type, st.tp, mbs).params;
+      if (s == d - 1) p_ne += Layer(LayerKind::kLmHead, st.gpu_type, st.tp, mbs).params;
+      const bool intra = plan_single_node ||
+                         (plan.templates.size() == 1 && facts[j].stage_single_node[s]);
+      const double bw =
+          intra ? catalog_->type(st.gpu_type).intra_node_gbps
+                : (plan.templates.size() == 1
+                       ? facts[j].stage_min_share[s]
+                       : std::min(facts[j].stage_min_share[s], plan_min_share));
+      const double step_latency = intra ? params_.intra_node_step_latency_s
+                                        : params_.network_step_latency_s;
+      auto ring = [&](double bytes, double n) {
+        if (n <= 1 || bytes <= 0) return 0.0;
+        return params_.collective_base_latency_s +
+               2.0 * (n - 1) * step_latency +
+               2.0 * (n - 1) / n * bytes / (bw * 1e9);
+      };
+      const double edp_all = std::max(
+          1.0, static_cast<double>(st.tiling.edp) * total_replicas / t.replicas);
+      const double g =
+          ring(p_ne * params_.grad_reduce_bytes_per_param, total_replicas) +
+          ring(p_e * params_.grad_reduce_bytes_per_param, edp_all);
+      worst_sync = std::max(worst_sync, g);
+      // Adam step, memory-bound; the distributed optimizer shards it.
+      const double dist_ne = training_.distributed_optimizer ? total_replicas : 1;
+      const double dist_e = training_.distributed_optimizer ? edp_all : 1;
+      const double opt = (p_ne / dist_ne + p_e / dist_e) *
+                         params_.optimizer_step_bytes_per_param /
+                         (catalog_->type(st.gpu_type).hbm_gbps * 1e9);
+      worst_opt = std::max(worst_opt, opt);
+    }
+    const double m = t.max_micro_batches();
+    const double pipeline = (m - 1) * max_t + sum_t;
+    if (pipeline > worst_pipeline) {
+      worst_pipeline = pipeline;
+      critical = static_cast<int>(j);
+    }
+  }
+  const double iteration = worst_pipeline + worst_sync + worst_opt;
+  if (why) *why = Infeasibility::kOk;
+  if (detail) {
+    detail->iteration_time_s = iteration;
+    detail->throughput_iters_per_s = 1.0 / iteration;
+    detail->tokens_per_s = static_cast<double>(training_.global_batch) *
+                           training_.seq_len / iteration;
+    double peak = 0, usd = 0;
+    for (const Template& t : plan.templates) {
+      for (const Stage& st : t.stages) {
+        const GpuType& g = catalog_->type(st.gpu_type);
+        peak += g.peak_bf16_tflops * 1e12 * st.tp * t.replicas;
+        usd += g.usd_per_hour * st.tp * t.replicas;
+      }
+    }
+    detail->mfu = iteration_flops_ / (iteration * peak);
+    detail->usd_per_hour = usd;
+    // Breakdown of the critical template: its bottleneck stage runs m times,
+    // the other stages' times are the fill and drain bubble.
+    const Template& t = plan.templates[critical];
+    int bottleneck = 0;
+    double max_t = 0, sum_t = 0;
+    std::vector<StageTerms> terms;
+    for (int s = 0; s < t.depth(); ++s) {
+      terms.push_back(StageTimeTerms(plan, critical, s, facts[critical]));
+      sum_t += terms.back().total();
+      if (terms.back().total() > max_t) {
+        max_t = terms.back().total();
+        bottleneck = s;
+      }
+    }
+    const double m = t.max_micro_batches();
+    TimeBreakdown& b = detail->breakdown;
+    b.compute_s = m * terms[bottleneck].compute_s;
+    b.tp_comm_s = m * terms[bottleneck].tp_comm_s;
+    b.p2p_s = m * terms[bottleneck].p2p_s;
+    b.all_to_all_s = m * terms[bottleneck].all_to_all_s;
+    b.bubble_s = worst_pipeline - m * max_t;
+    b.dp_sync_s = worst_sync;
+    b.optimizer_s = worst_opt;
+  }
+  return iteration;
+}
+
+double CostModel::IterationTime(const Plan& plan, Infeasibility* why) const {
+  return Evaluate(plan, why, nullptr);
+}
+
+absl::StatusOr<Prediction> CostModel::Predict(const Plan& plan) const {
+  Prediction p;
+  Infeasibility why = Infeasibility::kOk;
+  const double t = Evaluate(plan, &why, &p);
+  if (std::isfinite(t)) return p;
+  switch (why) {
+    case Infeasibility::kOutOfMemory:
+      for (size_t j = 0; j < p.stage_memory.size(); ++j) {
+        for (size_t s = 0; s < p.stage_memory[j].size(); ++s) {
+          const int type = plan.templates[j].stages[s].gpu_type;
+          if (p.stage_memory[j][s].total_gib() > UsableMemoryGib(type)) {
+            const StageMemory& m = p.stage_memory[j][s];
+            return absl::FailedPreconditionError(absl::StrCat(
+                "templates[", j, "].stages[", s, "] (", catalog_->type(type).id,
+                ", tp=", plan.templates[j].stages[s].tp, ", layers ",
+                plan.templates[j].stages[s].layer_begin, "-",
+                plan.templates[j].stages[s].layer_end, "): needs ",
+                absl::StrFormat("%.1f", m.total_gib()), " GiB per GPU (state ",
+                absl::StrFormat("%.1f", m.weights_gib), ", activations ",
+                absl::StrFormat("%.1f", m.activations_gib), ", reserve ",
+                absl::StrFormat("%.1f", m.reserve_gib), ") but ",
+                absl::StrFormat("%.1f", UsableMemoryGib(type)),
+                " GiB are usable"));
+          }
+        }
+      }
+      return absl::FailedPreconditionError("plan does not fit in memory");
+    case Infeasibility::kMissingProfile:
+      return absl::FailedPreconditionError(
+          "a stage uses a (GPU type, TP, micro-batch) with no profile entry");
+    case Infeasibility::kBadBatch:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "micro-batches do not add up to the global batch of ",
+          training_.global_batch, " sequences"));
+    default:
+      return absl::InvalidArgumentError("plan structure is invalid");
+  }
+}
+
+}  // namespace arachne

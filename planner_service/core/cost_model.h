@@ -1,0 +1,137 @@
+// The cost model: prices a plan (iteration time, throughput, MFU, per-GPU
+// memory, time breakdown) from exact-match profile entries and the formulas
+// of docs/cost-model.md. Memory is checked before throughput: a plan that
+// does not fit is infeasible, never priced.
+//
+// All profile lookups are resolved once, when the model is built, into a
+// dense table indexed by (GPU type, TP degree, micro-batch size), so pricing
+// a plan is pure arithmetic without allocation (the exact planner prices
+// millions of plans).
+#ifndef ARACHNE_PLANNER_SERVICE_CORE_COST_MODEL_H_
+#define ARACHNE_PLANNER_SERVICE_CORE_COST_MODEL_H_
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner_service/core/cluster.h"
+#include "planner_service/core/cost_params.h"
+#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model.h"
+#include "planner_service/core/plan.h"
+#include "planner_service/core/profile_store.h"
+
+namespace arachne {
+
+inline constexpr int kMaxTpLog2 = 4;    // TP degrees 1..16
+inline constexpr int kMaxMbsLog2 = 7;   // micro-batch sizes 1..128
+inline constexpr double kInfeasible = std::numeric_limits<double>::infinity();
+
+// Power-of-two index: 1 -> 0, 2 -> 1, 4 -> 2; -1 when not a power of two.
+int Log2Exact(int v);
+
+// One profile entry converted for the cost model: seconds and bytes, with the
+// training config's recomputation already applied.
+struct LayerCost {
+  bool present = false;
+  double compute_s = 0;      // fwd + bwd (+ recompute)
+  double fwd_s = 0;          // forward alone (full recompute re-runs it)
+  double tp_comm_s = 0;      // fwd + bwd TP collectives
+  double activation_bytes = 0;  // held per in-flight micro-batch
+  double params = 0;         // parameters held per GPU
+};
+
+// Why a plan is not priced, for messages; kOk when it is.
+enum class Infeasibility {
+  kOk,
+  kMissingProfile,
+  kOutOfMemory,
+  kBadBatch,
+  kBadStructure,
+};
+
+class CostModel {
+ public:
+  // Resolves every profile entry the cluster's GPU types can use. Fails with
+  // InvalidArgument on a bad model/training config.
+  static absl::StatusOr<CostModel> Create(const GpuCatalog& catalog,
+                                          const ModelSpec& model,
+                                          const TrainingConfig& training,
+                                          const Cluster& cluster,
+                                          const ProfileStore& profiles,
+                                          CostParams params = {});
+
+  // Sets each template's total_micro_batches so that the global batch is
+  // split in whole micro-batches with the slowest replica as fast as
+  // possible. Fails (kBadBatch) when the batch cannot be split exactly.
+  Infeasibility BalanceMicroBatches(Plan& plan) const;
+
+  // Iteration time in seconds, or kInfeasible (why in *why when non-null).
+  // Does not allocate; `plan` must be structurally valid (see
+  // ValidatePlan) and balanced.
+  double IterationTime(const Plan& plan, Infeasibility* why = nullptr) const;
+
+  // Full prediction with breakdown and per-stage memory. FailedPrecondition
+  // naming the stage when it does not fit or a profile is missing.
+  absl::StatusOr<Prediction> Predict(const Plan& plan) const;
+
+  // Peak memory per GPU of stage `s` of template `t` (GiB).
+  StageMemory StageMemoryOf(const Plan& plan, int t, int s) const;
+  // Usable memory of a GPU of catalog type `gpu_type` (GiB).
+  double UsableMemoryGib(int gpu_type) const;
+
+  // Time of one micro-batch on stage `s` of template `t` (seconds), kInfeasible
+  // when a profile is missing.
+  double StageTime(const Plan& plan, int t, int s) const;
+
+  // Profiled cost of one layer of `kind`; nullptr-like (present=false) when
+  // no entry exists. tp / mbs must be powers of two.
+  const LayerCost& Layer(LayerKind kind, int gpu_type, int tp, int mbs) const;
+  bool HasProfile(LayerKind kind, int gpu_type, int tp, int mbs) const {
+    return Layer(kind, gpu_type, tp, mbs).present;
+  }
+  // True when every layer kind the model needs is profiled at (type, tp, mbs).
+  bool Supports(int gpu_type, int tp, int mbs) const;
+
+  const GpuCatalog& catalog() const { return *catalog_; }
+  const ModelSpec& model() const { return model_; }
+  const TrainingConfig& training() const { return training_; }
+  const Cluster& cluster() const { return *cluster_; }
+  const CostParams& params() const { return params_; }
+  // Model FLOPs of one iteration (for MFU).
+  double IterationFlops() const { return iteration_flops_; }
+
+ private:
+  struct StageTerms {
+    double compute_s = 0, tp_comm_s = 0, p2p_s = 0, all_to_all_s = 0;
+    double total() const { return compute_s + tp_comm_s + p2p_s + all_to_all_s; }
+  };
+  struct PlacementFacts;  // per-template link facts, see cost_model.cc
+
+  CostModel() = default;
+  int CellIndex(int gpu_type, int tp_log2, int mbs_log2) const;
+  StageTerms StageTimeTerms(const Plan& plan, int t, int s,
+                            const PlacementFacts& facts) const;
+  PlacementFacts FactsOf(const Template& t) const;
+  double Evaluate(const Plan& plan, Infeasibility* why,
+                  Prediction* detail) const;
+
+  const GpuCatalog* catalog_ = nullptr;
+  const Cluster* cluster_ = nullptr;
+  ModelSpec model_;
+  TrainingConfig training_;
+  CostParams params_;
+  double iteration_flops_ = 0;
+  bool has_dense_layers_ = true;
+  std::vector<double> nic_share_;  // per node
+  // cells_[cell][kind]
+  std::vector<std::array<LayerCost, kNumLayerKinds>> cells_;
+  LayerCost absent_;
+};
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_CORE_COST_MODEL_H_

@@ -1,0 +1,278 @@
+#include "planner_service/core/exact_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "planner_service/core/plan_validation.h"
+
+namespace arachne {
+
+const Clock& DefaultClock() {
+  static const RealClock* clock = new RealClock();
+  return *clock;
+}
+
+namespace {
+
+// Search state shared by the phases: the best plan so far, the budget and
+// counters.
+class Search {
+ public:
+  Search(const CostModel& cm, const PlannerOptions& options)
+      : cm_(cm),
+        fill_(cm),
+        options_(options),
+        clock_(options.clock ? *options.clock : DefaultClock()),
+        start_(clock_.Now()),
+        deadline_(start_ + options.budget),
+        choices_(ExactPlanner::StageOptions(cm)),
+        max_depth_(std::min(options.max_depth, cm.model().num_layers)) {}
+
+  void Run() {
+    const Plan empty;
+    const NodePool pool(cm_.cluster());
+    // Phase 1: uniform templates; phase 2: one contiguous run per GPU type.
+    // These hold the plans practitioners build by hand, so the best of them
+    // is a strong incumbent before the exhaustive phase.
+    ForEachRegular(pool, [&](const std::vector<StageChoice>& s) {
+      TryTemplate(empty, pool, s, 0, /*recurse=*/false);
+    });
+    ExtendBestGreedily();
+    // Phase 3: every structure, every sequence of templates (in canonical
+    // order: templates of a plan are a set).
+    exhaustive_ = true;
+    Enumerate(empty, pool, 0, {});
+    if (stopped_) exhaustive_ = false;
+  }
+
+  bool found() const { return std::isfinite(best_time_); }
+  const Plan& best() const { return best_; }
+  int64_t evaluations() const { return evaluations_; }
+  int64_t templates_tried() const { return templates_tried_; }
+  bool exhaustive() const { return exhaustive_; }
+  const std::string& last_failure() const { return last_failure_; }
+  double elapsed_s() const { return absl::ToDoubleSeconds(clock_.Now() - start_); }
+
+ private:
+  bool OutOfBudget() {
+    if (stopped_) return true;
+    if (options_.max_evaluations > 0 &&
+        evaluations_ >= options_.max_evaluations) {
+      stopped_ = true;
+    } else if (clock_.Now() >= deadline_) {
+      stopped_ = true;
+    }
+    return stopped_;
+  }
+
+  // Fills `structure` on top of `so_far`; records an improvement and, when
+  // `recurse`, continues with further templates on the GPUs left.
+  void TryTemplate(const Plan& so_far, const NodePool& pool,
+                   const std::vector<StageChoice>& structure, int level,
+                   bool recurse) {
+    if (OutOfBudget()) return;
+    ++templates_tried_;
+    absl::StatusOr<FillResult> r =
+        fill_.Extend(so_far, pool, structure, &evaluations_);
+    if (!r.ok()) {
+      last_failure_ = std::string(r.status().message());
+      return;
+    }
+    if (r->iteration_time_s < best_time_) {
+      best_time_ = r->iteration_time_s;
+      best_ = r->plan;
+    }
+    if (recurse && level + 1 < options_.max_templates &&
+        r->pool.TotalFree() > 0) {
+      Enumerate(r->plan, r->pool, level + 1, structure);
+    }
+  }
+
+  // Every structure of depth 1..Dmax whose stages the free GPUs can hold,
+  // not ordered before `min_structure` (canonical template order).
+  void Enumerate(const Plan& so_far, const NodePool& pool, int level,
+                 const std::vector<StageChoice>& min_structure) {
+    std::vector<StageChoice> structure;
+    std::vector<int> used(cm_.catalog().size(), 0);
+    for (int d = 1; d <= max_depth_ && !OutOfBudget(); ++d) {
+      if (!min_structure.empty() && d < static_cast<int>(min_structure.size()))
+        continue;
+      structure.clear();
+      std::fill(used.begin(), used.end(), 0);
+      Dfs(so_far, pool, level, d, min_structure, structure, used);
+    }
+  }
+
+  void Dfs(const Plan& so_far, const NodePool& pool, int level, int depth,
+           const std::vector<StageChoice>& min_structure,
+           std::vector<StageChoice>& structure, std::vector<int>& used) {
+    if (OutOfBudget()) return;
+    if (static_cast<int>(structure.size()) == depth) {
+      if (!min_structure.empty() &&
+          static_cast<int>(min_structure.size()) == depth &&
+          KeyLess(structure, min_structure))
+        return;
+      TryTemplate(so_far, pool, structure, level, /*recurse=*/true);
+      return;
+    }
+    for (const StageChoice& c : choices_) {
+      if (used[c.gpu_type] + c.tp > pool.FreeOfType(c.gpu_type)) continue;
+      if (c.tp > pool.LargestFreeOfType(c.gpu_type)) continue;
+      used[c.gpu_type] += c.tp;
+      structure.push_back(c);
+      Dfs(so_far, pool, level, depth, min_structure, structure, used);
+      structure.pop_back();
+      used[c.gpu_type] -= c.tp;
+    }
+  }
+
+  bool KeyLess(const std::vector<StageChoice>& a,
+               const std::vector<StageChoice>& b) const {
+    auto index = [&](const StageChoice& c) {
+      return static_cast<int>(std::find(choices_.begin(), choices_.end(), c) -
+                              choices_.begin());
+    };
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      if (index(a[i]) != index(b[i])) return index(a[i]) < index(b[i]);
+    }
+    return a.size() < b.size();
+  }
+
+  // Uniform structures, then one contiguous run per GPU type (each run with
+  // one TP degree), depth 1..Dmax, that the free GPUs can hold.
+  void ForEachRegular(const NodePool& pool,
+                      const std::function<void(const std::vector<StageChoice>&)>& fn) {
+    for (int d = 1; d <= max_depth_; ++d) {
+      for (const StageChoice& c : choices_) {
+        if (OutOfBudget()) return;
+        if (c.tp * d > pool.FreeOfType(c.gpu_type)) continue;
+        fn(std::vector<StageChoice>(d, c));
+      }
+    }
+    std::vector<int> types = cm_.cluster().types_present();
+    if (types.size() < 2) return;
+    // Ordered subsets of >= 2 types, a TP per type, stage counts per run.
+    std::vector<StageChoice> runs;
+    std::function<void(std::vector<bool>&)> pick_types =
+        [&](std::vector<bool>& taken) {
+          if (runs.size() >= 2) Counts(pool, runs, fn);
+          for (size_t i = 0; i < types.size(); ++i) {
+            if (taken[i] || OutOfBudget()) continue;
+            taken[i] = true;
+            for (const StageChoice& c : choices_) {
+              if (c.gpu_type != types[i]) continue;
+              runs.push_back(c);
+              pick_types(taken);
+              runs.pop_back();
+            }
+            taken[i] = false;
+          }
+        };
+    std::vector<bool> taken(types.size(), false);
+    pick_types(taken);
+  }
+
+  void Counts(const NodePool& pool, const std::vector<StageChoice>& runs,
+              const std::function<void(const std::vector<StageChoice>&)>& fn) {
+    const int k = static_cast<int>(runs.size());
+    std::vector<int> count(k, 1);
+    for (int d = k; d <= max_depth_; ++d) {
+      // Exactly d stages: the last run takes what is left.
+      std::function<void(int, int)> exact = [&](int i, int left) {
+        if (OutOfBudget()) return;
+        if (i == k - 1) {
+          if (left < 1 ||
+              runs[i].tp * left > pool.FreeOfType(runs[i].gpu_type))
+            return;
+          count[i] = left;
+          std::vector<StageChoice> s;
+          for (int j = 0; j < k; ++j)
+            for (int c = 0; c < count[j]; ++c) s.push_back(runs[j]);
+          fn(s);
+          return;
+        }
+        for (int c = 1; c <= left - (k - i - 1); ++c) {
+          if (runs[i].tp * c > pool.FreeOfType(runs[i].gpu_type)) break;
+          count[i] = c;
+          exact(i + 1, left - c);
+        }
+      };
+      exact(0, d);
+    }
+  }
+
+  // Adds templates to the incumbent while that helps, trying the regular
+  // structures on the GPUs it leaves free.
+  void ExtendBestGreedily() {
+    for (int level = 1; level < options_.max_templates && found(); ++level) {
+      NodePool pool(cm_.cluster());
+      if (!pool.Take(best_).ok() || pool.TotalFree() == 0) return;
+      const Plan base = best_;
+      const double before = best_time_;
+      ForEachRegular(pool, [&](const std::vector<StageChoice>& s) {
+        TryTemplate(base, pool, s, level, /*recurse=*/false);
+      });
+      if (!(best_time_ < before)) return;
+    }
+  }
+
+  const CostModel& cm_;
+  AutoFill fill_;
+  PlannerOptions options_;
+  const Clock& clock_;
+  absl::Time start_, deadline_;
+  std::vector<StageChoice> choices_;
+  int max_depth_;
+  Plan best_;
+  double best_time_ = kInfeasible;
+  int64_t evaluations_ = 0, templates_tried_ = 0;
+  bool stopped_ = false, exhaustive_ = false;
+  std::string last_failure_;
+};
+
+}  // namespace
+
+std::vector<StageChoice> ExactPlanner::StageOptions(const CostModel& cm) {
+  std::vector<StageChoice> out;
+  for (int type : cm.cluster().types_present()) {
+    const int max_tp =
+        std::min(cm.params().max_tp, cm.cluster().MaxNodeSizeOfType(type));
+    for (int tp = 1; tp <= max_tp; tp *= 2) {
+      if (cm.Supports(type, tp, 1)) out.push_back({type, tp});
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<PlanResult> ExactPlanner::Run(const CostModel& cm,
+                                             const PlannerOptions& options) {
+  Search search(cm, options);
+  search.Run();
+  if (!search.found()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no plan fits ", cm.model().name, " on this cluster",
+        search.last_failure().empty() ? ""
+                                      : absl::StrCat(" (last reason: ",
+                                                     search.last_failure(), ")")));
+  }
+  PlanResult result;
+  result.planner = name();
+  result.plan = search.best();
+  if (absl::Status s = ValidatePlan(result.plan, cm); !s.ok()) {
+    return absl::InternalError(
+        absl::StrCat("exact planner built an invalid plan: ", s.message()));
+  }
+  absl::StatusOr<Prediction> p = cm.Predict(result.plan);
+  if (!p.ok()) return p.status();
+  result.prediction = *std::move(p);
+  result.stats.evaluations = search.evaluations();
+  result.stats.templates_tried = search.templates_tried();
+  result.stats.exhaustive = search.exhaustive();
+  result.stats.wall_s = search.elapsed_s();
+  return result;
+}
+
+}  // namespace arachne

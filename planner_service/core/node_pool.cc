@@ -1,0 +1,120 @@
+#include "planner_service/core/node_pool.h"
+
+#include <bit>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace arachne {
+
+NodePool::NodePool(const Cluster& cluster) : cluster_(&cluster) {
+  int max_type = 0;
+  for (const Node& n : cluster.nodes()) max_type = std::max(max_type, n.gpu_type + 1);
+  free_by_type_.assign(max_type, 0);
+  nodes_by_type_.resize(max_type);
+  for (int i = 0; i < cluster.num_nodes(); ++i) {
+    const Node& n = cluster.node(i);
+    CHECK_LE(n.num_gpus, kMaxGpusPerNode) << "Cluster::Create bounds node size";
+    free_mask_.push_back(n.num_gpus == 64 ? ~uint64_t{0}
+                                          : (uint64_t{1} << n.num_gpus) - 1);
+    free_count_.push_back(n.num_gpus);
+    free_by_type_[n.gpu_type] += n.num_gpus;
+    nodes_by_type_[n.gpu_type].push_back(i);
+    total_free_ += n.num_gpus;
+  }
+}
+
+absl::Status NodePool::Take(const Plan& plan) {
+  for (size_t t = 0; t < plan.templates.size(); ++t) {
+    const Template& tmpl = plan.templates[t];
+    for (size_t i = 0; i < tmpl.placement.size(); ++i) {
+      const StagePlacement& p = tmpl.placement[i];
+      const std::string where = absl::StrCat(
+          "templates[", t, "].placement[", i / tmpl.depth(), "][",
+          i % tmpl.depth(), "]");
+      if (p.node < 0 || p.node >= cluster_->num_nodes()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".node: no node with index ", p.node));
+      }
+      for (int g : p.gpus) {
+        if (g < 0 || g >= cluster_->node(p.node).num_gpus) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ".gpus: node \"", cluster_->node(p.node).name,
+              "\" has no GPU ", g));
+        }
+        const uint64_t bit = uint64_t{1} << g;
+        if (!(free_mask_[p.node] & bit)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ".gpus: GPU ", g, " of node \"",
+              cluster_->node(p.node).name, "\" is used twice"));
+        }
+        free_mask_[p.node] &= ~bit;
+        --free_count_[p.node];
+        --free_by_type_[cluster_->node(p.node).gpu_type];
+        --total_free_;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+int NodePool::LargestFreeOfType(int gpu_type) const {
+  int best = 0;
+  if (gpu_type < 0 || gpu_type >= static_cast<int>(nodes_by_type_.size()))
+    return 0;
+  for (int n : nodes_by_type_[gpu_type]) best = std::max(best, free_count_[n]);
+  return best;
+}
+
+int NodePool::ChooseNode(int gpu_type, int tp, int previous_node) const {
+  if (gpu_type < 0 || gpu_type >= static_cast<int>(nodes_by_type_.size()))
+    return -1;
+  if (previous_node >= 0 && cluster_->node(previous_node).gpu_type == gpu_type &&
+      free_count_[previous_node] >= tp) {
+    return previous_node;
+  }
+  int best = -1;
+  for (int n : nodes_by_type_[gpu_type]) {
+    const int f = free_count_[n];
+    if (f < tp) continue;
+    if (f == tp) return n;  // exact fit first
+    if (best < 0 || f < free_count_[best]) best = n;
+  }
+  return best;
+}
+
+void NodePool::TakeGpus(int node, int count, StagePlacement* out) {
+  out->node = node;
+  out->gpus.clear();
+  uint64_t mask = free_mask_[node];
+  for (int i = 0; i < count; ++i) {
+    const int g = std::countr_zero(mask);
+    mask &= mask - 1;
+    out->gpus.push_back(g);
+  }
+  free_mask_[node] = mask;
+  free_count_[node] -= count;
+  free_by_type_[cluster_->node(node).gpu_type] -= count;
+  total_free_ -= count;
+}
+
+bool NodePool::PlaceReplica(absl::Span<const Stage> stages,
+                            std::vector<StagePlacement>* out) {
+  const size_t start = out->size();
+  NodePool saved = *this;
+  int previous = -1;
+  for (const Stage& st : stages) {
+    const int node = ChooseNode(st.gpu_type, st.tp, previous);
+    if (node < 0) {
+      *this = std::move(saved);
+      out->resize(start);
+      return false;
+    }
+    out->emplace_back();
+    TakeGpus(node, st.tp, &out->back());
+    previous = node;
+  }
+  return true;
+}
+
+}  // namespace arachne

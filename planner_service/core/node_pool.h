@@ -1,0 +1,56 @@
+// Free GPUs of a cluster while a plan is being built, and the placement rule
+// that packs TP groups into nodes (paper §5.2: a TP group never crosses a
+// node; prefer a node whose free size equals the TP degree, else take GPUs
+// from a larger node; keep a replica's consecutive stages on one node when
+// they share a type, so activations cross NVLink/PCIe, not the network).
+#ifndef ARACHNE_PLANNER_SERVICE_CORE_NODE_POOL_H_
+#define ARACHNE_PLANNER_SERVICE_CORE_NODE_POOL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "planner_service/core/cluster.h"
+#include "planner_service/core/plan.h"
+
+namespace arachne {
+
+inline constexpr int kMaxGpusPerNode = 64;
+
+class NodePool {
+ public:
+  // All GPUs of `cluster` free. The cluster must outlive the pool.
+  explicit NodePool(const Cluster& cluster);
+
+  // Marks the GPUs of every template of `plan` as used; InvalidArgument
+  // naming the template, replica and stage when one is absent or taken.
+  absl::Status Take(const Plan& plan);
+
+  // Places one replica of `stages` (type and tp of each) and appends its
+  // placement to `out`; returns false and changes nothing when it does not
+  // fit.
+  bool PlaceReplica(absl::Span<const Stage> stages,
+                    std::vector<StagePlacement>* out);
+
+  int FreeOfType(int gpu_type) const { return free_by_type_[gpu_type]; }
+  int FreeOnNode(int node) const { return free_count_[node]; }
+  int TotalFree() const { return total_free_; }
+  // Largest free block on one node of `gpu_type`.
+  int LargestFreeOfType(int gpu_type) const;
+
+ private:
+  int ChooseNode(int gpu_type, int tp, int previous_node) const;
+  void TakeGpus(int node, int count, StagePlacement* out);
+
+  const Cluster* cluster_;
+  std::vector<uint64_t> free_mask_;  // bit i: local GPU i is free
+  std::vector<int> free_count_;
+  std::vector<int> free_by_type_;
+  std::vector<std::vector<int>> nodes_by_type_;
+  int total_free_ = 0;
+};
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_CORE_NODE_POOL_H_

@@ -1,0 +1,70 @@
+// The interface every planner implements (exact search now; baselines and
+// the learned policy later), with the options and statistics they share.
+#ifndef ARACHNE_PLANNER_SERVICE_CORE_PLANNER_H_
+#define ARACHNE_PLANNER_SERVICE_CORE_PLANNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "planner_service/core/cost_model.h"
+#include "planner_service/core/plan.h"
+
+namespace arachne {
+
+// Time source, injected so deadline tests are deterministic.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() const = 0;
+};
+class RealClock : public Clock {
+ public:
+  absl::Time Now() const override { return absl::Now(); }
+};
+const Clock& DefaultClock();
+
+struct PlannerOptions {
+  // Wall-clock budget; the planner returns its best plan when it runs out.
+  absl::Duration budget = absl::Seconds(600);
+  // Stop after this many plan evaluations (0: no limit). Deterministic,
+  // unlike the budget.
+  int64_t max_evaluations = 0;
+  // Largest pipeline depth a template may have (Dmax); capped by layers.
+  int max_depth = 16;
+  // Most templates in a plan.
+  int max_templates = 3;
+  uint64_t seed = 1;
+  const Clock* clock = nullptr;  // nullptr: real time
+};
+
+struct PlannerStats {
+  int64_t evaluations = 0;  // plans priced by the cost model
+  int64_t templates_tried = 0;
+  bool exhaustive = false;  // the whole space was searched
+  double wall_s = 0;
+};
+
+struct PlanResult {
+  std::string planner;
+  Plan plan;
+  Prediction prediction;
+  PlannerStats stats;
+};
+
+class Planner {
+ public:
+  virtual ~Planner() = default;
+  virtual std::string name() const = 0;
+  // Best plan found for the cost model's model and cluster. The plan passes
+  // ValidatePlan. FailedPrecondition saying why when no plan fits.
+  virtual absl::StatusOr<PlanResult> Run(const CostModel& cost_model,
+                                         const PlannerOptions& options) = 0;
+};
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_CORE_PLANNER_H_

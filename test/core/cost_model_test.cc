@@ -1,0 +1,244 @@
+// Cost model on hand-computed cases (see toy_fixture.h for the inputs).
+#include "planner_service/core/cost_model.h"
+
+#include <cmath>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner_service/core/plan_validation.h"
+#include "test/core/toy_fixture.h"
+
+namespace arachne {
+namespace {
+
+using ::arachne::testing::kFast;
+using ::arachne::testing::kSlow;
+using ::arachne::testing::MakeCluster;
+using ::arachne::testing::MakeStage;
+using ::testing::HasSubstr;
+
+class CostModelTest : public ::testing::Test {
+ protected:
+  CostModel Build(const Cluster& cluster, TrainingConfig training =
+                                              testing::ToyTraining(),
+                  ModelSpec model = testing::ToyModel()) {
+    auto cm = CostModel::Create(catalog_, model, training, cluster, profiles_);
+    CHECK(cm.status().ok());
+    return *std::move(cm);
+  }
+  GpuCatalog catalog_ = testing::ToyCatalog();
+  ProfileStore profiles_ = testing::ToyProfiles();
+};
+
+constexpr double kMs = 1e-3;
+// 100 Gb/s NIC at the default 97.6% efficiency, GB/s.
+constexpr double kNic = 12.5 * 0.976;
+
+TEST_F(CostModelTest, OneStage) {
+  Cluster cluster = MakeCluster(catalog_, {{kFast, 1}});
+  CostModel cm = Build(cluster);
+  Plan plan;
+  Template t;
+  t.stages = {MakeStage(kFast, 1, 0, 4)};
+  t.replicas = 1;
+  t.micro_batch_size = 1;
+  t.placement = {{0, {0}}};
+  plan.templates = {t};
+  ASSERT_EQ(cm.BalanceMicroBatches(plan), Infeasibility::kOk);
+  EXPECT_EQ(plan.templates[0].total_micro_batches, 8);
+  // 8 micro-batches x 4 layers x 3 ms; one replica: no gradient sync; Adam
+  // touches 4e6 params x 30 B at 1000 GB/s.
+  const double expected = 8 * 12 * kMs + 4e6 * 30 / 1000e9;
+  EXPECT_NEAR(cm.IterationTime(plan), expected, 1e-12);
+  auto p = cm.Predict(plan);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_NEAR(p->iteration_time_s, expected, 1e-12);
+  EXPECT_NEAR(p->tokens_per_s, 8 * 1024 / expected, 1e-6);
+  EXPECT_NEAR(p->breakdown.compute_s, 96 * kMs, 1e-12);
+  EXPECT_NEAR(p->breakdown.bubble_s, 0, 1e-12);
+  EXPECT_NEAR(p->breakdown.dp_sync_s, 0, 1e-12);
+  EXPECT_TRUE(ValidatePlan(plan, cm).ok());
+}
+
+TEST_F(CostModelTest, TwoStagesUnequalSpeedAndBubble) {
+  Cluster cluster = MakeCluster(catalog_, {{kFast, 1}, {kSlow, 1}});
+  CostModel cm = Build(cluster);
+  Plan plan;
+  Template t;
+  t.stages = {MakeStage(kFast, 1, 0, 2), MakeStage(kSlow, 1, 2, 4)};
+  t.replicas = 1;
+  t.micro_batch_size = 1;
+  t.total_micro_batches = 8;
+  t.placement = {{0, {0}}, {1, {0}}};
+  plan.templates = {t};
+  // Stage 0: 2 x 3 ms + activations out and gradients back over the NIC
+  // (2 MiB each way); stage 1: 2 x 6 ms.
+  const double p2p = 2 * (2.0 * 1024 * 1024 / (kNic * 1e9) + 20e-6);
+  const double t0 = 6 * kMs + p2p, t1 = 12 * kMs;
+  EXPECT_NEAR(cm.StageTime(plan, 0, 0), t0, 1e-12);
+  EXPECT_NEAR(cm.StageTime(plan, 0, 1), t1, 1e-12);
+  const double pipeline = 7 * t1 + (t0 + t1);
+  const double optimizer = 2e6 * 30 / 500e9;  // the slow GPU's HBM
+  auto p = cm.Predict(plan);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_NEAR(p->iteration_time_s, pipeline + optimizer, 1e-12);
+  // The slow stage runs 8 times; the fast stage's time is the bubble.
+  EXPECT_NEAR(p->breakdown.compute_s, 8 * t1, 1e-12);
+  EXPECT_NEAR(p->breakdown.bubble_s, t0, 1e-12);
+  EXPECT_NEAR(p->breakdown.optimizer_s, optimizer, 1e-15);
+}
+
+TEST_F(CostModelTest, DataParallelSyncAcrossMixedReplicas) {
+  Cluster cluster = MakeCluster(catalog_, {{kFast, 1}, {kSlow, 1}});
+  CostModel cm = Build(cluster);
+  Plan plan;
+  Template a, b;
+  a.stages = {MakeStage(kFast, 1, 0, 4)};
+  a.placement = {{0, {0}}};
+  b.stages = {MakeStage(kSlow, 1, 0, 4)};
+  b.placement = {{1, {0}}};
+  plan.templates = {a, b};
+  ASSERT_EQ(cm.BalanceMicroBatches(plan), Infeasibility::kOk);
+  // FAST takes 12 ms per micro-batch, SLOW 24: 6 + 2 and 5 + 3 both finish
+  // by 72 ms, the best possible (7 + 1 takes 84 ms).
+  const int fast = plan.templates[0].total_micro_batches;
+  const int slow = plan.templates[1].total_micro_batches;
+  EXPECT_EQ(fast + slow, 8);
+  EXPECT_TRUE((fast == 6 && slow == 2) || (fast == 5 && slow == 3))
+      << fast << " + " << slow;
+  // Ring all-reduce of 4e6 bf16 gradients over 2 replicas on the NIC.
+  const double sync = 8.4e-6 + 2 * 9.6e-6 + 8e6 / (kNic * 1e9);
+  const double optimizer = 4e6 * 30 / 500e9;
+  auto p = cm.Predict(plan);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_NEAR(p->breakdown.dp_sync_s, sync, 1e-12);
+  EXPECT_NEAR(p->iteration_time_s, 72 * kMs + sync + optimizer, 1e-12);
+  EXPECT_TRUE(ValidatePlan(plan, cm).ok());
+}
+
+TEST_F(CostModelTest, MoeStageAllToAllInsideNode) {
+  profiles_ = testing::ToyProfiles("toymoe");
+  Cluster cluster = MakeCluster(catalog_, {{kFast, 2}});
+  CostModel cm = Build(cluster, testing::ToyTraining(), testing::ToyMoeModel());
+  Plan plan;
+  Template t;
+  t.stages = {MakeStage(kFast, 1, 0, 4)};
+  t.stages[0].tiling = ExpertTiling{2, 1, 1};
+  t.replicas = 2;
+  t.micro_batch_size = 1;
+  t.total_micro_batches = 8;
+  t.placement = {{0, {0}}, {0, {1}}};
+  plan.templates = {t};
+  // Per MoE layer: attention 3 ms + experts 3 ms x etp/tp = 3 ms, and the
+  // all-to-all: 4 x top-2 x 1024 x 2 B x 1024 tokens x (2-1)/2 over NVLink
+  // (100 GB/s) + 4 steps of 3.4 us.
+  const double a2a = 4.0 * 2 * 1024 * 2 * 1024 * 0.5 / 100e9 + 4 * 3.4e-6;
+  EXPECT_NEAR(cm.StageTime(plan, 0, 0), 4 * (6 * kMs + a2a), 1e-12);
+  auto p = cm.Predict(plan);
+  ASSERT_TRUE(p.ok()) << p.status();
+  // 4 replicas-per-stage micro-batches: 8 / 2 = 4 on each replica.
+  EXPECT_NEAR(p->breakdown.all_to_all_s, 4 * 4 * a2a, 1e-12);
+  // Experts split over EP 2: 4 layers x 8e6 / 2 expert params per GPU, plus
+  // 4e6 attention params: 16 B each; 4 micro-batches of 2 x 100 MiB per
+  // layer in flight at most min(1 - 0, 4) = 1.
+  const StageMemory m = p->stage_memory[0][0];
+  EXPECT_NEAR(m.weights_gib, (4e6 + 16e6) * 16 / (1 << 30), 1e-9);
+  EXPECT_NEAR(m.activations_gib, 1 * 4 * 200.0 / 1024, 1e-9);
+  EXPECT_TRUE(ValidatePlan(plan, cm).ok());
+}
+
+TEST_F(CostModelTest, MemoryAccountingFollowsTheFormulas) {
+  Cluster cluster = MakeCluster(catalog_, {{kFast, 4}});
+  TrainingConfig training = testing::ToyTraining();
+  training.distributed_optimizer = true;
+  CostModel cm = Build(cluster, training);
+  Plan plan;
+  Template t;
+  t.stages = {MakeStage(kFast, 1, 0, 3), MakeStage(kFast, 1, 3, 4)};
+  t.replicas = 2;
+  t.micro_batch_size = 2;
+  t.total_micro_batches = 4;
+  t.placement = {{0, {0}}, {0, {1}}, {0, {2}}, {0, {3}}};
+  plan.templates = {t};
+  // Stage 0 of 2 holds min(2 - 0, 2) = 2 micro-batches of 3 layers x 200
+  // MiB; state: 3e6 params x (2 + 2 + 12 / 2 replicas) B.
+  StageMemory m0 = cm.StageMemoryOf(plan, 0, 0);
+  EXPECT_NEAR(m0.weights_gib, 3e6 * 10 / (1 << 30), 1e-12);
+  EXPECT_NEAR(m0.activations_gib, 2 * 3 * 200.0 / 1024, 1e-12);
+  EXPECT_NEAR(m0.reserve_gib, 1.5, 1e-12);
+  // Stage 1 holds one micro-batch.
+  StageMemory m1 = cm.StageMemoryOf(plan, 0, 1);
+  EXPECT_NEAR(m1.activations_gib, 1 * 1 * 200.0 / 1024, 1e-12);
+
+  // Full recomputation keeps only each layer's 2-byte input (2 x 1024 x 1024
+  // x mbs 2 = 4 MiB) plus one layer's working set while recomputing.
+  training.recompute = Recompute::kFull;
+  training.distributed_optimizer = false;
+  CostModel full = Build(cluster, training);
+  StageMemory f0 = full.StageMemoryOf(plan, 0, 0);
+  const double working = 2.0 * 2 * 1024 * 1024 * 17;
+  EXPECT_NEAR(f0.activations_gib,
+              (2 * 3 * 4.0 * (1 << 20) + working) / (1 << 30), 1e-12);
+  EXPECT_NEAR(f0.weights_gib, 3e6 * 16 / (1 << 30), 1e-12);
+  // ...and runs the forward twice: 3 layers x (2 + 4 + 2) ms at mbs 2.
+  EXPECT_NEAR(full.StageTime(plan, 0, 0) - 2 * (4.0 * 1024 * 1024 / 100e9 + 20e-6),
+              3 * 8 * kMs, 1e-12);
+}
+
+TEST_F(CostModelTest, OutOfMemoryIsReportedWithTheStage) {
+  Cluster cluster = MakeCluster(catalog_, {{kFast, 1}});
+  TrainingConfig training = testing::ToyTraining();
+  training.global_batch = 64;
+  CostModel cm = Build(cluster, training);
+  Plan plan;
+  Template t;
+  t.stages = {MakeStage(kFast, 1, 0, 4)};
+  t.micro_batch_size = 4;  // 4 layers x 400 MiB fits; now grow the layers
+  t.total_micro_batches = 16;
+  t.placement = {{0, {0}}};
+  plan.templates = {t};
+  EXPECT_TRUE(cm.Predict(plan).ok());
+  // A 1-GPU stage of 10 GiB x 0.95 holds 4 x 400 MiB + 1.5 GiB easily; a
+  // profile with 3 GiB activations per layer does not.
+  ProfileStore big = testing::ToyProfiles();
+  ProfileStore replaced;
+  for (const ProfileEntry* e : big.Entries()) {
+    ProfileEntry copy = *e;
+    if (copy.key.kind == LayerKind::kDense) copy.activation_bytes *= 8;
+    ASSERT_TRUE(replaced.Add(copy).ok());
+  }
+  auto cm2 = CostModel::Create(catalog_, testing::ToyModel(), training, cluster,
+                               replaced);
+  ASSERT_TRUE(cm2.ok());
+  auto p = cm2->Predict(plan);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(p.status().message(),
+              HasSubstr("templates[0].stages[0] (FAST, tp=1, layers 0-4)"));
+  EXPECT_THAT(p.status().message(), HasSubstr("9.5 GiB are usable"));
+}
+
+TEST_F(CostModelTest, BatchThatDoesNotSplitIsRejected) {
+  Cluster cluster = MakeCluster(catalog_, {{kFast, 1}});
+  TrainingConfig training = testing::ToyTraining();
+  training.global_batch = 6;
+  CostModel cm = Build(cluster, training);
+  Plan plan;
+  Template t;
+  t.stages = {MakeStage(kFast, 1, 0, 4)};
+  t.micro_batch_size = 4;
+  t.placement = {{0, {0}}};
+  plan.templates = {t};
+  EXPECT_EQ(cm.BalanceMicroBatches(plan), Infeasibility::kBadBatch);
+}
+
+TEST_F(CostModelTest, MissingProfileIsOutsideTheSearchSpace) {
+  Cluster cluster = MakeCluster(catalog_, {{kFast, 4}});
+  CostModel cm = Build(cluster);
+  EXPECT_TRUE(cm.Supports(kFast, 2, 4));
+  EXPECT_FALSE(cm.Supports(kFast, 4, 1));  // no TP-4 entries
+  EXPECT_FALSE(cm.Supports(kFast, 1, 8));  // no micro-batch 8 entries
+  EXPECT_FALSE(cm.Supports(kFast, 3, 1));  // not a power of two
+}
+
+}  // namespace
+}  // namespace arachne
