@@ -1,2 +1,397 @@
-// Placeholder until the CLI commands land.
-namespace arachne {}
+#include "planner_service/cli/cli.h"
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "planner_service/cli/plan_table.h"
+#include "planner_service/core/planners.h"
+#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/profile_synthesizer.h"
+#include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/model_io.h"
+#include "planner_service/io/plan_io.h"
+#include "planner_service/io/planning_context.h"
+#include "planner_service/io/profile_io.h"
+
+namespace arachne {
+namespace {
+
+// Options shared by plan and evaluate.
+struct InputFlags {
+  std::string model;
+  std::string cluster;
+  int seq = 2048;
+  int global_batch = 2048;
+  std::string precision = "bf16";
+  std::string recompute = "none";
+  bool distributed_optimizer = false;
+  std::string profiles_dir;
+  std::string format = "table";
+};
+
+void AddInputFlags(CLI::App* cmd, InputFlags* f) {
+  cmd->add_option("--model", f->model,
+                  "catalog model id (arachne models) or path to a Hugging "
+                  "Face config.json")
+      ->required();
+  cmd->add_option("--cluster", f->cluster, "cluster spec file (YAML or JSON)")
+      ->required();
+  cmd->add_option("--seq", f->seq, "sequence length in tokens");
+  cmd->add_option("--global-batch", f->global_batch,
+                  "global batch in sequences");
+  cmd->add_option("--precision", f->precision, "bf16 or fp16");
+  cmd->add_option("--recompute", f->recompute,
+                  "activation recomputation: none, selective or full");
+  cmd->add_flag("--distributed-optimizer", f->distributed_optimizer,
+                "shard optimizer state over data-parallel replicas");
+  cmd->add_option("--profiles-dir", f->profiles_dir,
+                  "directory overriding the built-in profiles/ data");
+  cmd->add_option("--format", f->format, "table or json");
+}
+
+int Fail(std::ostream& err, const absl::Status& s) {
+  err << "error: " << s.message() << "\n";
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kPermissionDenied:
+      return kExitBadInput;
+    default:
+      return kExitInternal;
+  }
+}
+
+absl::Status CheckFormat(const std::string& format) {
+  if (format == "table" || format == "json") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--format: expected table or json, got \"", format, "\""));
+}
+
+absl::StatusOr<std::unique_ptr<PlanningContext>> LoadContext(
+    const InputFlags& f) {
+  if (absl::Status s = CheckFormat(f.format); !s.ok()) return s;
+  PlanningRequest req;
+  req.model = f.model;
+  req.cluster_file = f.cluster;
+  req.profiles_dir = f.profiles_dir;
+  req.training.seq_len = f.seq;
+  req.training.global_batch = f.global_batch;
+  absl::StatusOr<Precision> precision = ParsePrecision(f.precision);
+  if (!precision.ok()) return precision.status();
+  req.training.precision = *precision;
+  absl::StatusOr<Recompute> recompute = ParseRecompute(f.recompute);
+  if (!recompute.ok()) return recompute.status();
+  req.training.recompute = *recompute;
+  req.training.distributed_optimizer = f.distributed_optimizer;
+  return PlanningContext::Create(req);
+}
+
+void PrintPlan(std::ostream& out, const InputFlags& f,
+               const PlanningContext& ctx, const Plan& plan,
+               const Prediction& prediction, const std::string& planner,
+               double planning_time_s, const PlannerStats* stats) {
+  if (f.format == "json") {
+    nlohmann::json j = PlanToJson(plan, prediction, ctx.cluster(),
+                                  ctx.catalog(), ctx.model(), ctx.training());
+    j["planner"] = planner;
+    j["planning_time_s"] = planning_time_s;
+    if (stats) {
+      j["evaluations"] = stats->evaluations;
+      j["exhaustive"] = stats->exhaustive;
+    }
+    out << j.dump(2) << "\n";
+    return;
+  }
+  out << RenderPlanTable(plan, prediction, ctx.cost_model());
+  out << absl::StrFormat("\nplanner %s: %.2f s", planner, planning_time_s);
+  if (stats) {
+    out << absl::StrFormat(", %d plan evaluations%s", stats->evaluations,
+                           stats->exhaustive ? ", exhaustive" : "");
+  }
+  out << "\n";
+}
+
+int RunPlan(const InputFlags& f, const std::string& planner_name,
+            double budget_s, int max_depth, int max_templates,
+            int64_t max_evaluations, std::ostream& out, std::ostream& err) {
+  if (!(budget_s > 0)) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--budget: must be > 0 seconds, got ", budget_s)));
+  }
+  if (max_depth < 1) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--max-depth: must be >= 1, got ", max_depth)));
+  }
+  if (max_templates < 1) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--max-templates: must be >= 1, got ", max_templates)));
+  }
+  absl::StatusOr<std::unique_ptr<Planner>> planner = MakePlanner(planner_name);
+  if (!planner.ok()) return Fail(err, planner.status());
+  const absl::Time start = absl::Now();
+  auto ctx = LoadContext(f);
+  if (!ctx.ok()) return Fail(err, ctx.status());
+  PlannerOptions options;
+  options.budget = absl::Seconds(budget_s);
+  options.max_depth = max_depth;
+  options.max_templates = max_templates;
+  options.max_evaluations = max_evaluations;
+  absl::StatusOr<PlanResult> result = (*planner)->Run((*ctx)->cost_model(), options);
+  if (!result.ok()) return Fail(err, result.status());
+  const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+  PrintPlan(out, f, **ctx, result->plan, result->prediction, result->planner,
+            elapsed, &result->stats);
+  return kExitOk;
+}
+
+int RunEvaluate(const InputFlags& f, const std::string& plan_file,
+                std::ostream& out, std::ostream& err) {
+  const absl::Time start = absl::Now();
+  auto ctx = LoadContext(f);
+  if (!ctx.ok()) return Fail(err, ctx.status());
+  absl::StatusOr<Plan> plan =
+      LoadPlanFile(plan_file, (*ctx)->cluster(), (*ctx)->catalog());
+  if (!plan.ok()) return Fail(err, plan.status());
+  if (absl::Status s = ValidatePlan(*plan, (*ctx)->cost_model()); !s.ok()) {
+    return Fail(err, absl::Status(s.code(), absl::StrCat(plan_file, ": plan rejected: ",
+                                                          s.message())));
+  }
+  absl::StatusOr<Prediction> p = (*ctx)->cost_model().Predict(*plan);
+  if (!p.ok()) return Fail(err, p.status());
+  PrintPlan(out, f, **ctx, *plan, *p, "evaluate",
+            absl::ToDoubleSeconds(absl::Now() - start), nullptr);
+  return kExitOk;
+}
+
+int RunProfileShow(const std::string& model_name, const std::string& gpu_name,
+                   int tp, int mbs, int seq, const std::string& kind_name,
+                   const std::string& profiles_dir, const std::string& format,
+                   std::ostream& out, std::ostream& err) {
+  if (absl::Status s = CheckFormat(format); !s.ok()) return Fail(err, s);
+  auto catalog = LoadGpuCatalog(profiles_dir);
+  if (!catalog.ok()) return Fail(err, catalog.status());
+  auto model = ResolveModel(model_name, profiles_dir);
+  if (!model.ok()) return Fail(err, model.status());
+  auto type = catalog->IndexOf(gpu_name);
+  if (!type.ok()) return Fail(err, type.status());
+  LayerKind kind = model->is_moe() ? LayerKind::kMoeAttention : LayerKind::kDense;
+  if (!kind_name.empty()) {
+    auto k = ParseLayerKind(kind_name);
+    if (!k.ok()) return Fail(err, k.status());
+    kind = *k;
+  }
+  for (auto [v, name] : {std::pair<int, const char*>{tp, "--tp"},
+                         {mbs, "--mbs"}, {seq, "--seq"}}) {
+    if (v <= 0) {
+      return Fail(err, absl::InvalidArgumentError(
+                           absl::StrCat(name, ": must be > 0, got ", v)));
+    }
+  }
+  ProfileStore store;
+  if (absl::Status s = LoadProfileFiles(profiles_dir, *catalog, &store); !s.ok())
+    return Fail(err, s);
+  const GpuType& gpu = catalog->type(*type);
+  const std::string profile_model =
+      model->profile_name.empty() ? model->name : model->profile_name;
+  ProfileKey key{profile_model, kind, gpu.id, tp, mbs, seq};
+  const ProfileEntry* entry = store.Find(key);
+  ProfileEntry synthesized;
+  if (entry == nullptr) {
+    auto calibration = LoadCalibration(profiles_dir);
+    if (!calibration.ok()) return Fail(err, calibration.status());
+    auto e = ProfileSynthesizer(calibration->For(gpu))
+                 .Synthesize(*model, kind, gpu, tp, mbs, seq);
+    if (!e.ok()) return Fail(err, e.status());
+    synthesized = *e;
+    entry = &synthesized;
+  }
+  if (format == "json") {
+    nlohmann::json j = {{"model", model->name},
+                        {"layer_kind", std::string(LayerKindName(kind))},
+                        {"gpu", gpu.id},
+                        {"tp", tp},
+                        {"mbs", mbs},
+                        {"seq", seq},
+                        {"fwd_ms", entry->fwd_ms},
+                        {"bwd_ms", entry->bwd_ms},
+                        {"tp_comm_ms", entry->tp_comm_ms},
+                        {"activation_bytes", entry->activation_bytes},
+                        {"param_count", entry->param_count},
+                        {"source", std::string(ProfileSourceName(entry->source))}};
+    out << j.dump(2) << "\n";
+  } else {
+    out << absl::StrFormat(
+        "%s %s layer on %s, tp %d, micro-batch %d, seq %d (%s)\n"
+        "  fwd_ms            %.4f\n  bwd_ms            %.4f\n"
+        "  tp_comm_ms        %.4f\n  activation_bytes  %d\n"
+        "  param_count       %d\n",
+        model->name, LayerKindName(kind), gpu.id, tp, mbs, seq,
+        ProfileSourceName(entry->source), entry->fwd_ms, entry->bwd_ms,
+        entry->tp_comm_ms, entry->activation_bytes, entry->param_count);
+  }
+  return kExitOk;
+}
+
+int RunModels(const std::string& profiles_dir, const std::string& format,
+              std::ostream& out, std::ostream& err) {
+  if (absl::Status s = CheckFormat(format); !s.ok()) return Fail(err, s);
+  auto models = LoadModelCatalog(profiles_dir);
+  if (!models.ok()) return Fail(err, models.status());
+  if (format == "json") {
+    nlohmann::json j = nlohmann::json::array();
+    for (const ModelSpec& m : *models) {
+      nlohmann::json e = ModelToJson(m);
+      e["total_params"] = m.TotalParams();
+      j.push_back(e);
+    }
+    out << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  out << absl::StrFormat("%-16s %-24s %7s %6s %6s %8s %9s  %s\n", "model",
+                         "architecture", "params", "layers", "hidden", "heads",
+                         "vocab", "experts");
+  for (const ModelSpec& m : *models) {
+    out << absl::StrFormat(
+        "%-16s %-24s %6.1fB %6d %6d %4d/%-3d %9d  %s\n", m.name,
+        m.architecture, m.TotalParams() / 1e9, m.num_layers, m.hidden,
+        m.num_heads, m.num_kv_heads, m.vocab,
+        m.is_moe() ? absl::StrFormat("%d top-%d", m.moe.num_experts, m.moe.top_k)
+                   : "-");
+  }
+  return kExitOk;
+}
+
+int RunGpus(const std::string& profiles_dir, const std::string& format,
+            std::ostream& out, std::ostream& err) {
+  if (absl::Status s = CheckFormat(format); !s.ok()) return Fail(err, s);
+  auto catalog = LoadGpuCatalog(profiles_dir);
+  if (!catalog.ok()) return Fail(err, catalog.status());
+  if (format == "json") {
+    nlohmann::json j = nlohmann::json::array();
+    for (const GpuType& t : catalog->types()) j.push_back(GpuTypeToJson(t));
+    out << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  out << absl::StrFormat("%-13s %9s %7s %8s %9s %-8s %5s %6s\n", "gpu",
+                         "bf16 TF/s", "mem GiB", "HBM GB/s", "link GB/s",
+                         "link", "/node", "$/h");
+  for (const GpuType& t : catalog->types()) {
+    out << absl::StrFormat("%-13s %9.1f %7.0f %8.0f %9.0f %-8s %5d %6.2f\n",
+                           t.id, t.peak_bf16_tflops, t.memory_gib, t.hbm_gbps,
+                           t.intra_node_gbps, t.intra_node_link,
+                           t.default_gpus_per_node, t.usd_per_hour);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunCli(int argc, const char* const* argv, std::ostream& out,
+           std::ostream& err) {
+  CLI::App app{"arachne: parallelism plans for heterogeneous GPU clusters"};
+  app.require_subcommand(1);
+
+  InputFlags plan_flags;
+  std::string planner = "exact";
+  double budget_s = 60;
+  int max_depth = 16, max_templates = 3;
+  int64_t max_evaluations = 0;
+  CLI::App* plan = app.add_subcommand("plan", "plan a model on a cluster");
+  AddInputFlags(plan, &plan_flags);
+  plan->add_option("--planner", planner, "planner: exact");
+  plan->add_option("--budget", budget_s, "search budget in seconds");
+  plan->add_option("--max-depth", max_depth, "deepest pipeline (Dmax)");
+  plan->add_option("--max-templates", max_templates, "most templates per plan");
+  plan->add_option("--max-evaluations", max_evaluations,
+                   "stop after this many plan evaluations (0: no limit)");
+
+  InputFlags eval_flags;
+  std::string plan_file;
+  CLI::App* evaluate =
+      app.add_subcommand("evaluate", "price a plan file, or say why it is invalid");
+  AddInputFlags(evaluate, &eval_flags);
+  evaluate->add_option("--plan", plan_file, "plan JSON (as plan --format json)")
+      ->required();
+
+  CLI::App* profile = app.add_subcommand("profile", "profile entries");
+  profile->require_subcommand(1);
+  std::string p_model, p_gpu, p_kind, p_format = "table", profiles_dir;
+  int p_tp = 1, p_mbs = 1, p_seq = 2048;
+  CLI::App* show = profile->add_subcommand("show", "one layer's profile entry");
+  show->add_option("--model", p_model, "model id or config.json")->required();
+  show->add_option("--gpu", p_gpu, "GPU type (arachne gpus)")->required();
+  show->add_option("--tp", p_tp, "tensor-parallel degree");
+  show->add_option("--mbs", p_mbs, "micro-batch size");
+  show->add_option("--seq", p_seq, "sequence length");
+  show->add_option("--kind", p_kind,
+                   "dense, moe_attention, moe_experts, embedding, lm_head");
+  show->add_option("--format", p_format, "table or json");
+  show->add_option("--profiles-dir", profiles_dir, "override profiles/ data");
+  std::string measured_csv, json_out, md_out;
+  CLI::App* calibrate = profile->add_subcommand(
+      "calibrate", "fit the synthesizer to measured layer latencies");
+  calibrate->add_option("--measured", measured_csv,
+                        "Cephalo-format CSV of measured layer times")
+      ->required();
+  calibrate->add_option("--out", json_out, "write calibration.json here");
+  calibrate->add_option("--report", md_out, "write the markdown report here");
+
+  std::string list_format = "table";
+  CLI::App* models = app.add_subcommand("models", "list the model catalog");
+  models->add_option("--format", list_format, "table or json");
+  models->add_option("--profiles-dir", profiles_dir, "override profiles/ data");
+  CLI::App* gpus = app.add_subcommand("gpus", "list the GPU catalog");
+  gpus->add_option("--format", list_format, "table or json");
+  gpus->add_option("--profiles-dir", profiles_dir, "override profiles/ data");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    out << app.help();
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {
+      // --help on a subcommand.
+      std::ostringstream help;
+      app.exit(e, help, help);
+      out << help.str();
+      return kExitOk;
+    }
+    err << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  }
+  if (*plan) {
+    return RunPlan(plan_flags, planner, budget_s, max_depth, max_templates,
+                   max_evaluations, out, err);
+  }
+  if (*evaluate) return RunEvaluate(eval_flags, plan_file, out, err);
+  if (*show) {
+    return RunProfileShow(p_model, p_gpu, p_tp, p_mbs, p_seq, p_kind,
+                          profiles_dir, p_format, out, err);
+  }
+  if (*calibrate) {
+    auto catalog = LoadGpuCatalog(profiles_dir);
+    if (!catalog.ok()) return Fail(err, catalog.status());
+    auto report = CalibrateFiles(measured_csv, *catalog, json_out, md_out);
+    if (!report.ok()) return Fail(err, report.status());
+    out << "calibrated; wrote" << (json_out.empty() ? "" : " " + json_out)
+        << (md_out.empty() ? "" : " " + md_out) << "\n";
+    return kExitOk;
+  }
+  if (*models) return RunModels(profiles_dir, list_format, out, err);
+  if (*gpus) return RunGpus(profiles_dir, list_format, out, err);
+  return kExitInternal;
+}
+
+}  // namespace arachne

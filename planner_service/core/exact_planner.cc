@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "planner_service/core/plan_validation.h"
+#include "planner_service/core/planners.h"
 
 namespace arachne {
 
@@ -34,13 +35,17 @@ class Search {
   void Run() {
     const Plan empty;
     const NodePool pool(cm_.cluster());
-    // Phase 1: uniform templates; phase 2: one contiguous run per GPU type.
-    // These hold the plans practitioners build by hand, so the best of them
-    // is a strong incumbent before the exhaustive phase.
-    ForEachRegular(pool, [&](const std::vector<StageChoice>& s) {
+    // Phase 1: uniform templates; phase 2: one contiguous run per GPU type;
+    // each followed by greedily adding templates on the GPUs left. These
+    // hold the plans practitioners build by hand, so the best of them is a
+    // strong incumbent before the exhaustive phase.
+    const auto try_first = [&](const std::vector<StageChoice>& s) {
       TryTemplate(empty, pool, s, 0, /*recurse=*/false);
-    });
-    ExtendBestGreedily();
+    };
+    ForEachUniform(pool, try_first);
+    ExtendBestGreedily(/*with_runs=*/false);
+    ForEachTypeRuns(pool, try_first);
+    ExtendBestGreedily(/*with_runs=*/true);
     // Phase 3: every structure, every sequence of templates (in canonical
     // order: templates of a plan are a set).
     exhaustive_ = true;
@@ -141,10 +146,11 @@ class Search {
     return a.size() < b.size();
   }
 
-  // Uniform structures, then one contiguous run per GPU type (each run with
-  // one TP degree), depth 1..Dmax, that the free GPUs can hold.
-  void ForEachRegular(const NodePool& pool,
-                      const std::function<void(const std::vector<StageChoice>&)>& fn) {
+  using StructureFn = std::function<void(const std::vector<StageChoice>&)>;
+
+  // Uniform structures (one type and TP degree on every stage), depth
+  // 1..Dmax, that the free GPUs can hold.
+  void ForEachUniform(const NodePool& pool, const StructureFn& fn) {
     for (int d = 1; d <= max_depth_; ++d) {
       for (const StageChoice& c : choices_) {
         if (OutOfBudget()) return;
@@ -152,6 +158,11 @@ class Search {
         fn(std::vector<StageChoice>(d, c));
       }
     }
+  }
+
+  // Structures made of one contiguous run of stages per GPU type (>= 2
+  // types, one TP degree per run), depth up to Dmax.
+  void ForEachTypeRuns(const NodePool& pool, const StructureFn& fn) {
     std::vector<int> types = cm_.cluster().types_present();
     if (types.size() < 2) return;
     // Ordered subsets of >= 2 types, a TP per type, stage counts per run.
@@ -176,7 +187,7 @@ class Search {
   }
 
   void Counts(const NodePool& pool, const std::vector<StageChoice>& runs,
-              const std::function<void(const std::vector<StageChoice>&)>& fn) {
+              const StructureFn& fn) {
     const int k = static_cast<int>(runs.size());
     std::vector<int> count(k, 1);
     for (int d = k; d <= max_depth_; ++d) {
@@ -204,17 +215,20 @@ class Search {
     }
   }
 
-  // Adds templates to the incumbent while that helps, trying the regular
-  // structures on the GPUs it leaves free.
-  void ExtendBestGreedily() {
+  // Adds templates to the incumbent while that helps, trying the uniform
+  // (and, `with_runs`, the per-type-run) structures on the GPUs it leaves
+  // free.
+  void ExtendBestGreedily(bool with_runs) {
     for (int level = 1; level < options_.max_templates && found(); ++level) {
       NodePool pool(cm_.cluster());
       if (!pool.Take(best_).ok() || pool.TotalFree() == 0) return;
       const Plan base = best_;
       const double before = best_time_;
-      ForEachRegular(pool, [&](const std::vector<StageChoice>& s) {
+      const auto try_next = [&](const std::vector<StageChoice>& s) {
         TryTemplate(base, pool, s, level, /*recurse=*/false);
-      });
+      };
+      ForEachUniform(pool, try_next);
+      if (with_runs) ForEachTypeRuns(pool, try_next);
       if (!(best_time_ < before)) return;
     }
   }
@@ -252,11 +266,14 @@ absl::StatusOr<PlanResult> ExactPlanner::Run(const CostModel& cm,
   Search search(cm, options);
   search.Run();
   if (!search.found()) {
+    const std::string why = ExplainNoFit(cm);
     return absl::FailedPreconditionError(absl::StrCat(
         "no plan fits ", cm.model().name, " on this cluster",
-        search.last_failure().empty() ? ""
-                                      : absl::StrCat(" (last reason: ",
-                                                     search.last_failure(), ")")));
+        search.last_failure().empty()
+            ? ""
+            : absl::StrCat(" (last template tried: ", search.last_failure(),
+                           ")"),
+        why.empty() ? "" : absl::StrCat("; ", why)));
   }
   PlanResult result;
   result.planner = name();

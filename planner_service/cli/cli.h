@@ -1,0 +1,21 @@
+// The `arachne` command line: plan, evaluate, profile show/calibrate,
+// models, gpus. Kept out of main.cc so tests can run commands in process.
+#ifndef ARACHNE_PLANNER_SERVICE_CLI_CLI_H_
+#define ARACHNE_PLANNER_SERVICE_CLI_CLI_H_
+
+#include <ostream>
+
+namespace arachne {
+
+// Exit codes: 0 success, 2 bad input (the message names the field and
+// value), 1 internal error.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInternal = 1;
+inline constexpr int kExitBadInput = 2;
+
+int RunCli(int argc, const char* const* argv, std::ostream& out,
+           std::ostream& err);
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_CLI_CLI_H_

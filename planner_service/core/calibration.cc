@@ -1,0 +1,879 @@
+#include "planner_service/core/calibration.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace arachne {
+namespace {
+
+bool ContainsNoCase(absl::string_view hay, absl::string_view needle) {
+  return absl::AsciiStrToLower(hay).find(absl::AsciiStrToLower(needle)) !=
+         std::string::npos;
+}
+
+// ---------------------------------------------------------------------------
+// Model of one Cephalo layer (see profiles/reference/cephalo/README.md).
+// Element accesses (reads + writes) per token of the unfused Hugging Face
+// element-wise kernels, forward; the backward is bwd_elementwise_ratio x.
+
+// HF LlamaRMSNorm: to fp32, pow, mean, rsqrt-mul, to dtype, weight-mul.
+constexpr double kHfRmsNormAccesses = 8;
+// HF RoPE: rotate_half (slices, neg, cat), x*cos, rot*sin, add; per element
+// of q and k.
+constexpr double kHfRopeAccesses = 10;
+// SiLU(gate) then * up: per ffn element.
+constexpr double kSwiGluAccesses = 5;
+// OpenAI-GPT gelu_new: pow, 2 scalar muls, add, tanh, add 1, 2 muls.
+constexpr double kGeluNewAccesses = 18;
+// Exact (erf) GELU, one kernel.
+constexpr double kGeluAccesses = 2;
+// Dropout (read, write, write mask), residual add (2 reads, 1 write),
+// fused LayerNorm (read, write).
+constexpr double kDropoutAccesses = 3;
+constexpr double kResidualAccesses = 3;
+constexpr double kLayerNormAccesses = 2;
+// Eager attention, accesses per element of the b x heads x s x s scores,
+// forward: QK^T output write 1, scale 2, softmax 2, AV read 1, plus the
+// GPT causal mask multiply/add 4 and dropout 3 (GPT, BERT), or the fp32
+// softmax upcast 2 (Mistral).
+constexpr double kEagerScoresGpt = 1 + 2 + 4 + 2 + 3 + 1;
+constexpr double kEagerScoresBert = 1 + 2 + 2 + 3 + 1;
+constexpr double kEagerScoresMistral = 1 + 2 + 2 + 2 + 1;
+// Gradient accumulation into fp32 .grad after each backward: fp16 rows cast
+// the 16-bit weight gradient up (read 2, write 4) and add (read 4 + 4,
+// write 4); fp32 rows only add.
+constexpr double kGradAccumBytesFp16 = 18;
+constexpr double kGradAccumBytesFp32 = 12;
+
+enum class Family { kLlama, kMistral, kGpt, kBert };
+
+Family FamilyOf(const MeasuredLayer& r) {
+  if (r.family == "gpt") return Family::kGpt;
+  if (r.family == "bert") return Family::kBert;
+  if (r.family == "mistral") return Family::kMistral;
+  return Family::kLlama;
+}
+
+int64_t LayerParams(const MeasuredLayer& r) {
+  const int64_t h = r.hidden, d = r.hidden / r.heads;
+  const int64_t kv = int64_t{r.kv_heads} * d;
+  int64_t p = h * h * 2 + h * kv * 2;  // q, o, k, v
+  if (r.swiglu) {
+    p += 3 * h * r.ffn + 2 * h;  // MLP + two RMSNorm weights
+  } else {
+    p += 2 * h * r.ffn + r.ffn + h;  // MLP with biases
+    p += 3 * h + h;                  // qkv and out biases
+    p += 4 * h;                      // two LayerNorms
+  }
+  return p;
+}
+
+struct RowWork {
+  LayerWork work;
+  bool fp32 = false;
+};
+
+RowWork BuildRowWork(const MeasuredLayer& r) {
+  RowWork rw;
+  rw.fp32 = r.fp32;
+  LayerWork& w = rw.work;
+  const Family fam = FamilyOf(r);
+  const double b = r.batch, s = r.seq, T = b * s;
+  const double h = r.hidden, a = r.heads, d = h / a;
+  const double kvd = r.kv_heads * d, f = r.ffn;
+  const double eb = r.fp32 ? 4.0 : 2.0;
+  // Projections.
+  if (fam == Family::kGpt) {
+    w.gemms.push_back({T, 3 * h, h});
+  } else {
+    w.gemms.push_back({T, h, h});
+    w.gemms.push_back({T, kvd, h});
+    w.gemms.push_back({T, kvd, h});
+  }
+  w.gemms.push_back({T, h, h});
+  if (r.swiglu) {
+    w.gemms.push_back({T, f, h});
+    w.gemms.push_back({T, f, h});
+    w.gemms.push_back({T, h, f});
+  } else {
+    w.gemms.push_back({T, f, h});
+    w.gemms.push_back({T, h, f});
+  }
+  // Attention core and element-wise traffic.
+  double acc = 0;  // element accesses per token
+  double scores_acc = 0;
+  if (fam == Family::kLlama || fam == Family::kMistral) {
+    acc += 2 * kHfRmsNormAccesses * h + kHfRopeAccesses * (h + kvd) +
+           2 * h /* output transpose */ + 2 * kResidualAccesses * h +
+           kSwiGluAccesses * f;
+  }
+  if (fam == Family::kLlama) {
+    // SDPA / flash, causal: half of the s x s work.
+    const double fwd = 2.0 * s * s * b * a * (2 * d) * 0.5;
+    w.fused_attn_fwd_flops = fwd;
+    w.fused_attn_bwd_flops = 2.5 * fwd;
+  } else {
+    // Eager: full s x s batched matmuls (the GPT mask skips nothing).
+    w.gemms.push_back({s, s, d * b * a});
+    w.gemms.push_back({s, d, s * b * a});
+    if (fam == Family::kMistral) {
+      acc += 2 * (h + kvd);  // repeat_kv copies of k and v
+      scores_acc = kEagerScoresMistral;
+    } else if (fam == Family::kGpt) {
+      acc += 2 * kLayerNormAccesses * h + 2 * h /* merge heads */ +
+             2 * 3 * h /* q,k,v head split copies */ +
+             2 * kDropoutAccesses * h + 2 * kResidualAccesses * h +
+             kGeluNewAccesses * f;
+      scores_acc = kEagerScoresGpt;
+    } else {
+      acc += 2 * kLayerNormAccesses * h + 2 * h /* context permute */ +
+             2 * kDropoutAccesses * h + 2 * kResidualAccesses * h +
+             kGeluAccesses * f;
+      scores_acc = kEagerScoresBert;
+    }
+  }
+  w.fwd_bytes = eb * (T * acc + scores_acc * b * a * s * s);
+  return rw;
+}
+
+LayerTime PredictWork(const RowWork& rw, const GpuType& gpu,
+                      const CalibrationParams& p, double params) {
+  LayerWork w = rw.work;
+  w.bwd_bytes = p.bwd_elementwise_ratio * w.fwd_bytes +
+                params * (rw.fp32 ? kGradAccumBytesFp32 : kGradAccumBytesFp16);
+  const double peak = rw.fp32 ? gpu.peak_fp32_tflops : gpu.peak_bf16_tflops;
+  const double eff = rw.fp32 ? p.fp32_gemm_eff_max : p.gemm_eff_max;
+  return EstimateLayerTime(w, p, peak, eff, gpu.hbm_gbps, 1);
+}
+
+// ---------------------------------------------------------------------------
+// Fitting.
+
+struct FitRow {
+  RowWork rw;
+  double params = 0;
+  double fwd = 0, bwd = 0;
+  bool fp32 = false, llama = false;
+};
+
+constexpr int kNumFit = 7;
+constexpr int kFitRounds = 6;
+constexpr int kFitEvalsPerRound = 3000;
+using Vec = std::array<double, kNumFit>;
+
+double Logistic(double u) { return 1.0 / (1.0 + std::exp(-u)); }
+
+// Physically plausible range of each fitted parameter; the search runs in
+// unbounded coordinates u with x = lo + (hi - lo) * logistic(u).
+struct Bound {
+  double lo, hi;
+};
+constexpr std::array<Bound, kNumFit> kBounds = {{
+    {0.20, 0.95},   // gemm_eff_max
+    {0.01, 50.0},   // gemm_half_gflop
+    {0.20, 0.98},   // fp32_gemm_eff_max
+    {0.10, 1.50},   // attn_eff_rel
+    {0.30, 0.90},   // mem_eff
+    {0.50, 1.50},   // bwd_eff_rel
+    {1.00, 400.0},  // layer_overhead_us
+}};
+
+double ToX(int i, double u) {
+  return kBounds[i].lo + (kBounds[i].hi - kBounds[i].lo) * Logistic(u);
+}
+double ToU(int i, double x) {
+  const double y = (x - kBounds[i].lo) / (kBounds[i].hi - kBounds[i].lo);
+  return std::log(y / (1.0 - y));
+}
+
+// Transformed coordinates (unbounded) <-> parameters.
+CalibrationParams FromVec(const Vec& u, const CalibrationParams& base) {
+  CalibrationParams p = base;
+  p.gemm_eff_max = ToX(0, u[0]);
+  p.gemm_half_gflop = ToX(1, u[1]);
+  p.fp32_gemm_eff_max = ToX(2, u[2]);
+  p.attn_eff_rel = ToX(3, u[3]);
+  p.mem_eff = ToX(4, u[4]);
+  p.bwd_eff_rel = ToX(5, u[5]);
+  p.layer_overhead_us = ToX(6, u[6]);
+  return p;
+}
+Vec ToVec(const CalibrationParams& p) {
+  return {ToU(0, p.gemm_eff_max),      ToU(1, p.gemm_half_gflop),
+          ToU(2, p.fp32_gemm_eff_max), ToU(3, p.attn_eff_rel),
+          ToU(4, p.mem_eff),           ToU(5, p.bwd_eff_rel),
+          ToU(6, p.layer_overhead_us)};
+}
+
+double Objective(const std::vector<const FitRow*>& rows, const GpuType& gpu,
+                 const CalibrationParams& p) {
+  double sum = 0;
+  for (const FitRow* r : rows) {
+    const LayerTime t = PredictWork(r->rw, gpu, p, r->params);
+    const double ef = t.fwd_ms / r->fwd - 1, eb = t.bwd_ms / r->bwd - 1;
+    sum += ef * ef + eb * eb;
+  }
+  return rows.empty() ? 0 : sum / rows.size();
+}
+
+// Nelder-Mead over the `active` coordinates; deterministic.
+Vec NelderMead(const std::function<double(const Vec&)>& f, Vec x0,
+               const std::array<bool, kNumFit>& active, int max_evals) {
+  std::vector<int> dims;
+  for (int i = 0; i < kNumFit; ++i)
+    if (active[i]) dims.push_back(i);
+  const int n = static_cast<int>(dims.size());
+  std::vector<Vec> simplex(n + 1, x0);
+  std::vector<double> val(n + 1);
+  for (int i = 0; i < n; ++i) simplex[i + 1][dims[i]] += 0.5;
+  int evals = 0;
+  for (int i = 0; i <= n; ++i) val[i] = f(simplex[i]), ++evals;
+  std::vector<int> order(n + 1);
+  while (evals < max_evals) {
+    for (int i = 0; i <= n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return val[a] < val[b]; });
+    const int best = order[0], worst = order[n], second = order[n - 1];
+    if (std::abs(val[worst] - val[best]) <= 1e-12 * (1 + std::abs(val[best])))
+      break;
+    Vec c{};
+    for (int i = 0; i <= n; ++i) {
+      if (i == worst) continue;
+      for (int d : dims) c[d] += simplex[i][d] / n;
+    }
+    auto along = [&](double t) {
+      Vec x = simplex[worst];
+      for (int d : dims) x[d] = c[d] + t * (simplex[worst][d] - c[d]);
+      return x;
+    };
+    Vec xr = along(-1.0);
+    double fr = f(xr);
+    ++evals;
+    if (fr < val[best]) {
+      Vec xe = along(-2.0);
+      double fe = f(xe);
+      ++evals;
+      if (fe < fr) {
+        simplex[worst] = xe, val[worst] = fe;
+      } else {
+        simplex[worst] = xr, val[worst] = fr;
+      }
+    } else if (fr < val[second]) {
+      simplex[worst] = xr, val[worst] = fr;
+    } else {
+      const bool outside = fr < val[worst];
+      Vec xc = along(outside ? -0.5 : 0.5);
+      double fc = f(xc);
+      ++evals;
+      if (fc < (outside ? fr : val[worst])) {
+        simplex[worst] = xc, val[worst] = fc;
+      } else {
+        for (int i = 0; i <= n; ++i) {
+          if (i == best) continue;
+          for (int d : dims)
+            simplex[i][d] = simplex[best][d] + 0.5 * (simplex[i][d] - simplex[best][d]);
+          val[i] = f(simplex[i]);
+          ++evals;
+        }
+      }
+    }
+  }
+  int best = 0;
+  for (int i = 1; i <= n; ++i)
+    if (val[i] < val[best]) best = i;
+  return simplex[best];
+}
+
+CalibrationParams Fit(const std::vector<const FitRow*>& rows,
+                      const GpuType& gpu, const CalibrationParams& start) {
+  std::array<bool, kNumFit> active;
+  active.fill(true);
+  bool any_fp32 = false, any_fused = false;
+  for (const FitRow* r : rows) {
+    any_fp32 |= r->fp32;
+    any_fused |= r->rw.work.fused_attn_fwd_flops > 0;
+  }
+  active[2] = any_fp32;
+  active[3] = any_fused;
+  auto f = [&](const Vec& u) { return Objective(rows, gpu, FromVec(u, start)); };
+  Vec x = ToVec(start);
+  // Fixed restarts from the best point so far shake the simplex loose.
+  for (int round = 0; round < kFitRounds; ++round)
+    x = NelderMead(f, x, active, kFitEvalsPerRound);
+  return FromVec(x, start);
+}
+
+struct Acc {
+  int n = 0;
+  double f = 0, b = 0, t = 0, mx = 0;
+  void Add(const LayerTime& p, const FitRow& r) {
+    const double ef = std::abs(p.fwd_ms / r.fwd - 1);
+    const double eb = std::abs(p.bwd_ms / r.bwd - 1);
+    const double et = std::abs((p.fwd_ms + p.bwd_ms) / (r.fwd + r.bwd) - 1);
+    ++n;
+    f += ef, b += eb, t += et;
+    mx = std::max({mx, ef, eb, et});
+  }
+  void Merge(const Acc& o) {
+    n += o.n, f += o.f, b += o.b, t += o.t, mx = std::max(mx, o.mx);
+  }
+  ErrorStats Stats() const {
+    ErrorStats s;
+    s.rows = n;
+    if (n == 0) return s;
+    s.mape_fwd = 100 * f / n;
+    s.mape_bwd = 100 * b / n;
+    s.mape_total = 100 * t / n;
+    s.max_ape = 100 * mx;
+    return s;
+  }
+};
+
+uint64_t Fnv1a64(absl::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool ContainsAny(const GpuType& g, std::initializer_list<absl::string_view> ws) {
+  std::string hay = absl::StrCat(g.id, " ", g.product_name, " ",
+                                 absl::StrJoin(g.aliases, " "));
+  for (absl::string_view w : ws)
+    if (ContainsNoCase(hay, w)) return true;
+  return false;
+}
+
+// CSV helpers.
+std::vector<std::string> SplitCsvLine(absl::string_view line) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"') {
+        if (i + 1 < line.size() && line[i + 1] == '"') {
+          cur.push_back('"');
+          ++i;
+        } else {
+          quoted = false;
+        }
+      } else {
+        cur.push_back(c);
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(std::move(cur));
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  out.push_back(std::move(cur));
+  return out;
+}
+
+}  // namespace
+
+std::string MeasuredLayer::SeriesKey() const {
+  return absl::StrCat(model, "|", gpu, "|", seq, "|",
+                      fp32 ? "float32" : "float16");
+}
+
+bool IsHeldOutSeries(absl::string_view series_key) {
+  return Fnv1a64(series_key) % 5 == 0;
+}
+
+absl::StatusOr<std::vector<MeasuredLayer>> ParseMeasuredLayerCsv(
+    absl::string_view csv_text) {
+  std::vector<absl::string_view> lines = absl::StrSplit(csv_text, '\n');
+  if (lines.empty() || absl::StripAsciiWhitespace(lines[0]).empty())
+    return absl::InvalidArgumentError("line 1: missing CSV header");
+  const std::vector<std::string> header =
+      SplitCsvLine(absl::StripSuffix(lines[0], "\r"));
+  absl::flat_hash_map<std::string, int> col;
+  for (int i = 0; i < static_cast<int>(header.size()); ++i)
+    col[std::string(absl::StripAsciiWhitespace(header[i]))] = i;
+  static const char* kRequired[] = {
+      "model",  "family", "hidden", "heads",      "kv_heads", "ffn",   "mlp_type",
+      "seq_len", "dtype", "gpu",    "batch_size", "fwd_ms",   "bwd_ms"};
+  for (const char* name : kRequired) {
+    if (!col.contains(name))
+      return absl::InvalidArgumentError(
+          absl::StrCat("line 1: header lacks column \"", name, "\""));
+  }
+  std::vector<MeasuredLayer> rows;
+  for (size_t li = 1; li < lines.size(); ++li) {
+    absl::string_view line = absl::StripSuffix(lines[li], "\r");
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    const int line_no = static_cast<int>(li) + 1;
+    const std::vector<std::string> f = SplitCsvLine(line);
+    if (f.size() < header.size())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "line ", line_no, ": expected ", header.size(), " columns, got ",
+          f.size()));
+    auto err = [&](const char* name, absl::string_view why) {
+      const int c = col.at(name);
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line_no, ", column ", c + 1, " (", name,
+                       "): ", why, " \"", f[c], "\""));
+    };
+    auto get_int = [&](const char* name, int* out) -> absl::Status {
+      if (!absl::SimpleAtoi(f[col.at(name)], out) || *out <= 0)
+        return err(name, "expected a positive integer, got");
+      return absl::OkStatus();
+    };
+    auto get_ms = [&](const char* name, double* out) -> absl::Status {
+      if (!absl::SimpleAtod(f[col.at(name)], out) || !std::isfinite(*out) ||
+          *out <= 0)
+        return err(name, "expected a positive number, got");
+      return absl::OkStatus();
+    };
+    MeasuredLayer r;
+    r.line = line_no;
+    r.model = f[col.at("model")];
+    if (r.model.empty()) return err("model", "empty value");
+    r.family = f[col.at("family")];
+    if (r.family != "gpt" && r.family != "llama" && r.family != "mistral" &&
+        r.family != "bert")
+      return err("family", "expected gpt, llama, mistral or bert, got");
+    if (absl::Status s = get_int("hidden", &r.hidden); !s.ok()) return s;
+    if (absl::Status s = get_int("heads", &r.heads); !s.ok()) return s;
+    if (absl::Status s = get_int("kv_heads", &r.kv_heads); !s.ok()) return s;
+    if (absl::Status s = get_int("ffn", &r.ffn); !s.ok()) return s;
+    if (r.hidden % r.heads != 0)
+      return err("heads", "does not divide hidden: got");
+    if (r.heads % r.kv_heads != 0)
+      return err("kv_heads", "does not divide heads: got");
+    const std::string& mlp = f[col.at("mlp_type")];
+    if (mlp == "swiglu_3mat") {
+      r.swiglu = true;
+    } else if (mlp != "gelu_2mat") {
+      return err("mlp_type", "expected gelu_2mat or swiglu_3mat, got");
+    }
+    if (absl::Status s = get_int("seq_len", &r.seq); !s.ok()) return s;
+    const std::string& dtype = f[col.at("dtype")];
+    if (dtype == "float32") {
+      r.fp32 = true;
+    } else if (dtype != "float16") {
+      return err("dtype", "expected float16 or float32, got");
+    }
+    r.gpu = f[col.at("gpu")];
+    if (r.gpu.empty()) return err("gpu", "empty value");
+    if (absl::Status s = get_int("batch_size", &r.batch); !s.ok()) return s;
+    if (absl::Status s = get_ms("fwd_ms", &r.fwd_ms); !s.ok()) return s;
+    if (absl::Status s = get_ms("bwd_ms", &r.bwd_ms); !s.ok()) return s;
+    if (col.contains("source_note")) r.note = f[col.at("source_note")];
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+absl::StatusOr<std::string> CephaloGpuToCatalogId(absl::string_view key) {
+  static const auto* kMap = new std::map<std::string, std::string, std::less<>>{
+      {"a100x40", "A100-40GB"},   {"a100x80", "A100-80GB"},
+      {"a6000", "A6000"},         {"v100x16", "V100-16GB"},
+      {"v100-pciex16", "V100-16GB"}, {"p100", "P100"}};
+  auto it = kMap->find(key);
+  if (it == kMap->end())
+    return absl::NotFoundError(
+        absl::StrCat("Cephalo GPU \"", key, "\" has no catalog id"));
+  return it->second;
+}
+
+const std::map<std::string, std::string>& DefaultGpuMapping() {
+  static const auto* kMap = new std::map<std::string, std::string>{
+      {"H100-80GB", "A100-80GB"},   {"H200-141GB", "A100-80GB"},
+      {"B200", "A100-80GB"},        {"MI300X", "A100-80GB"},
+      {"A5000", "A6000"},           {"RTX-6000-ADA", "A6000"},
+      {"RTX-PRO-6000", "A6000"},    {"RTX-3090", "A6000"},
+      {"L40S", "A6000"},            {"L4", "A6000"},
+      {"A10", "A6000"},             {"A10G", "A6000"},
+      {"V100-32GB", "V100-16GB"},   {"T4", "V100-16GB"},
+      {"P40", "P100"}};
+  return *kMap;
+}
+
+std::string MapUnmeasuredGpu(const GpuType& gpu) {
+  const auto& table = DefaultGpuMapping();
+  if (auto it = table.find(gpu.id); it != table.end()) return it->second;
+  if (ContainsAny(gpu, {"V100", "T4", "TITAN V"})) return "V100-16GB";
+  if (ContainsAny(gpu, {"P100", "P40"})) return "P100";
+  if (ContainsAny(gpu, {"A100"}))
+    return gpu.memory_gib > 45 ? "A100-80GB" : "A100-40GB";
+  if (gpu.hbm_gbps >= 1500) return "A100-80GB";
+  return "A6000";
+}
+
+const CalibrationParams& CalibrationSet::For(absl::string_view gpu_id) const {
+  auto it = by_gpu.find(std::string(gpu_id));
+  return it == by_gpu.end() ? defaults : it->second;
+}
+
+const CalibrationParams& CalibrationSet::For(const GpuType& gpu) const {
+  auto it = by_gpu.find(gpu.id);
+  if (it != by_gpu.end()) return it->second;
+  return For(MapUnmeasuredGpu(gpu));
+}
+
+CalibrationSet CalibrationReport::ToSet() const {
+  CalibrationSet set;
+  set.defaults = defaults;
+  for (const GpuFit& g : gpus) {
+    set.by_gpu[g.gpu_id] = g.params;
+    set.fitted.push_back(g.gpu_id);
+  }
+  for (const auto& [id, target] : mapping) {
+    auto it = set.by_gpu.find(target);
+    if (it == set.by_gpu.end()) continue;
+    set.mapping[id] = target;
+    set.by_gpu[id] = it->second;
+  }
+  return set;
+}
+
+LayerTime PredictMeasuredLayer(const MeasuredLayer& row, const GpuType& gpu,
+                               const CalibrationParams& p) {
+  return PredictWork(BuildRowWork(row), gpu, p,
+                     static_cast<double>(LayerParams(row)));
+}
+
+absl::StatusOr<CalibrationReport> Calibrate(
+    absl::Span<const MeasuredLayer> rows, const GpuCatalog& catalog) {
+  CalibrationReport report;
+  // Group rows by catalog id.
+  std::map<std::string, std::vector<FitRow>> by_gpu;
+  std::map<std::string, std::set<std::string>> sources;
+  std::map<std::string, int> skipped;
+  for (const MeasuredLayer& r : rows) {
+    absl::StatusOr<std::string> id = CephaloGpuToCatalogId(r.gpu);
+    absl::StatusOr<int> idx =
+        id.ok() ? catalog.IndexOf(*id) : absl::StatusOr<int>(id.status());
+    if (!idx.ok()) {
+      ++skipped[r.gpu];
+      continue;
+    }
+    const std::string& cid = catalog.type(*idx).id;
+    FitRow fr;
+    fr.rw = BuildRowWork(r);
+    fr.params = static_cast<double>(LayerParams(r));
+    fr.fwd = r.fwd_ms;
+    fr.bwd = r.bwd_ms;
+    fr.fp32 = r.fp32;
+    fr.llama = r.family == "llama";
+    by_gpu[cid].push_back(std::move(fr));
+    sources[cid].insert(r.gpu);
+  }
+  for (const auto& [gpu, n] : skipped)
+    report.notes.push_back(absl::StrCat(
+        n, " rows of Cephalo GPU ", gpu, " skipped: no catalog type"));
+  if (by_gpu.empty())
+    return absl::FailedPreconditionError(
+        "calibrate: no measured row maps to a catalog GPU type");
+
+  // Held-out flags, in row order per GPU.
+  std::map<std::string, std::vector<bool>> held;
+  std::map<std::string, std::set<std::string>> series, held_series;
+  for (const MeasuredLayer& r : rows) {
+    absl::StatusOr<std::string> id = CephaloGpuToCatalogId(r.gpu);
+    if (!id.ok()) continue;
+    absl::StatusOr<int> idx = catalog.IndexOf(*id);
+    if (!idx.ok()) continue;
+    const std::string& cid = catalog.type(*idx).id;
+    const bool h = IsHeldOutSeries(r.SeriesKey());
+    held[cid].push_back(h);
+    series[cid].insert(r.SeriesKey());
+    if (h) held_series[cid].insert(r.SeriesKey());
+  }
+
+  const CalibrationParams start;
+  report.defaults = start;
+  Acc all_acc, llama_acc, held_acc;
+  for (auto& [cid, frs] : by_gpu) {
+    const GpuType& gpu = catalog.type(*catalog.IndexOf(cid));
+    GpuFit g;
+    g.gpu_id = cid;
+    g.source_gpus.assign(sources[cid].begin(), sources[cid].end());
+    g.peak_bf16_tflops = gpu.peak_bf16_tflops;
+    g.peak_fp32_tflops = gpu.peak_fp32_tflops;
+    g.hbm_gbps = gpu.hbm_gbps;
+    g.series = static_cast<int>(series[cid].size());
+    g.heldout_series = static_cast<int>(held_series[cid].size());
+    std::vector<const FitRow*> all, train, test;
+    for (size_t i = 0; i < frs.size(); ++i) {
+      all.push_back(&frs[i]);
+      (held[cid][i] ? test : train).push_back(&frs[i]);
+    }
+    // Held-out estimate: fit on the training series only.
+    if (!test.empty() && !train.empty()) {
+      const CalibrationParams ptrain = Fit(train, gpu, start);
+      Acc tr, te;
+      for (const FitRow* r : train)
+        tr.Add(PredictWork(r->rw, gpu, ptrain, r->params), *r);
+      for (const FitRow* r : test)
+        te.Add(PredictWork(r->rw, gpu, ptrain, r->params), *r);
+      g.train = tr.Stats();
+      g.heldout = te.Stats();
+      held_acc.Merge(te);
+    }
+    // Shipped parameters: fit on every row.
+    g.params = Fit(all, gpu, start);
+    Acc a, a16, a16l, a32;
+    for (const FitRow* r : all) {
+      const LayerTime t = PredictWork(r->rw, gpu, g.params, r->params);
+      a.Add(t, *r);
+      (r->fp32 ? a32 : a16).Add(t, *r);
+      if (!r->fp32 && r->llama) a16l.Add(t, *r);
+    }
+    g.all = a.Stats();
+    g.fp16 = a16.Stats();
+    g.fp16_llama = a16l.Stats();
+    g.fp32 = a32.Stats();
+    all_acc.Merge(a);
+    llama_acc.Merge(a16l);
+    report.gpus.push_back(std::move(g));
+  }
+  report.overall = all_acc.Stats();
+  report.overall_fp16_llama = llama_acc.Stats();
+  report.overall_heldout = held_acc.Stats();
+  for (const GpuType& t : catalog.types()) {
+    if (by_gpu.contains(t.id)) continue;
+    const std::string target = MapUnmeasuredGpu(t);
+    if (by_gpu.contains(target)) {
+      report.mapping[t.id] = target;
+    } else {
+      report.notes.push_back(absl::StrCat(
+          t.id, " maps to ", target,
+          ", which has no measurements: it uses the defaults"));
+    }
+  }
+  return report;
+}
+
+namespace {
+std::string Pct(double v) { return absl::StrFormat("%.6f", v); }
+std::string StatsCells(const ErrorStats& s) {
+  if (s.rows == 0) return "– | – | – | –";
+  return absl::StrCat(Pct(s.mape_fwd), " | ", Pct(s.mape_bwd), " | ",
+                      Pct(s.mape_total), " | ", Pct(s.max_ape));
+}
+}  // namespace
+
+std::string RenderCalibrationMarkdown(const CalibrationReport& r) {
+  std::string md;
+  absl::StrAppend(&md, R"(# Calibration of the profile synthesizer
+
+<!-- Generated by RenderCalibrationMarkdown (planner_service/core/calibration.cc);
+     regenerate with the command below, do not edit by hand. -->
+
+Arachne fills missing per-layer profiles with an analytical roofline
+(`planner_service/core/profile_synthesizer.h`). Its efficiency constants are
+fitted per GPU type to 1,276 published per-layer measurements from Cephalo
+(`profiles/reference/cephalo/layer-latency.csv`, see the README there) and
+shipped in `profiles/calibration.json`.
+
+## Reproduce
+
+```
+ARACHNE_UPDATE_CALIBRATION=1 build-prof/test/calibration_test --gtest_filter='ShippedCalibration.*'
+```
+
+rewrites `profiles/calibration.json` and this file from the CSV and the GPU
+catalog (`arachne profile calibrate` runs the same code,
+`CalibrateFiles` in `planner_service/io/profile_io.h`). Without the
+variable the test recomputes the fit and checks both files against it
+(parameters and every error figure to 1e-6). It is deterministic and takes
+a few seconds on one core.
+
+## Model
+
+For one layer, one micro-batch, on one GPU of a TP group of size t:
+
+    time = sum_GEMMs (flops_i + gemm_half_gflop*1e9) * (1 + tp_loss_per_degree*(t-1))
+                     / (peak * gemm_eff_max)
+         + attention_flops / (peak * gemm_eff_max * attn_eff_rel)
+         + memory_bytes / (hbm_gbps * mem_eff)
+         + layer_overhead_us
+
+The GEMM term is the efficiency curve eff(w) = gemm_eff_max * w / (w + w_half)
+(w = FLOPs of that GEMM on this GPU) written as a time: small GEMMs (small
+micro-batches, TP slices, MoE experts with few tokens each) are slower per
+FLOP. Attention is causal flash attention (half the s x s work; backward 2.5x
+the forward FLOPs). The backward runs two GEMMs per forward GEMM at
+efficiency x bwd_eff_rel, moves bwd_elementwise_ratio x the forward
+element-wise bytes plus grad_accum_bytes_per_param per parameter, and pays
+the fixed overhead twice. Peak is `peak_bf16_tflops` of the catalog
+(`peak_fp32_tflops` for the FP32 calibration rows, with fp32_gemm_eff_max),
+so the fitted efficiencies are relative to the catalog figures and reproduce
+the measurements on those types exactly as fitted.
+
+Synthesized profiles assume Megatron-style fused kernels: element-wise
+traffic per token (16-bit) is two norms (2h each), two residual adds (3h
+each), RoPE on q and k, and the MLP activation (3·ffn for SwiGLU, 2·ffn for
+GeLU), all divided by t (sequence parallel).
+
+For the calibration rows the measured layer is modelled as Cephalo ran it
+(unfused Hugging Face kernels: RMSNorm 8 accesses/element, RoPE 10, SwiGLU
+5, gelu_new 18; GPT/BERT/Mistral eager attention with the full b·heads·s²
+score tensor written and re-read 13 / 9 / 8 times and its matmuls at full
+s² FLOPs; LLaMA as causal SDPA/flash; gradient accumulation into fp32 .grad
+18 B/param under fp16 autocast, 12 in FP32). Element-wise bytes are 2 per
+element for float16 rows and 4 for float32 rows.
+
+### Fit
+
+Per catalog GPU type, Nelder-Mead (6 rounds of 3,000 evaluations, fixed
+start = the defaults, each parameter searched inside a plausible range
+through a logistic transform: gemm_eff_max 0.2–0.95, gemm_half_gflop
+0.01–50, fp32_gemm_eff_max 0.2–0.98, attn_eff_rel 0.1–1.5, mem_eff
+0.3–0.9, bwd_eff_rel 0.5–1.5, layer_overhead_us 1–400) minimises the mean of
+(pred_fwd/meas_fwd − 1)² + (pred_bwd/meas_bwd − 1)² over its rows.
+fp32_gemm_eff_max is only fitted where FP32 rows exist. Cephalo keys map to
+catalog ids: a100x40 → A100-40GB, a100x80 → A100-80GB, a6000 → A6000,
+v100x16 and v100-pciex16 → V100-16GB (the PCIe rows are fitted against the
+SXM2 figures), p100 → P100 (the data is a P100-PCIE-12GB).
+
+Held-out check: series (model × GPU × seq × dtype) whose FNV-1a-64 hash of
+`model|gpu|seq|dtype` is 0 mod 5 are held out, the parameters refitted on the
+rest, and the held-out rows predicted. The shipped parameters are then fitted
+on all rows.
+
+### Not fitted
+
+The data has no tensor parallelism and no communication, so
+`tp_loss_per_degree` (0.03 per degree), `comm_bw_eff` (0.75),
+`collective_base_us` (8.4), `nvlink_step_us` (3.4), `pcie_step_us` (5.7),
+`bwd_elementwise_ratio` (2) and `grad_accum_bytes_per_param` (8) keep their
+defaults (FACTS.md §2).
+
+## Errors (percent, absolute relative error)
+
+MAPE = mean |pred/meas − 1|; max = largest error of fwd, bwd or fwd+bwd of
+any row. Held-out: parameters fitted without the held-out series.
+
+| GPU | Cephalo keys | rows | series (held out) | fwd MAPE | bwd MAPE | fwd+bwd MAPE | max | fp16 LLaMA rows | fp16 LLaMA fwd+bwd MAPE | held-out rows | held-out fwd+bwd MAPE |
+|---|---|---|---|---|---|---|---|---|---|---|---|
+)");
+  for (const GpuFit& g : r.gpus) {
+    absl::StrAppend(
+        &md, "| ", g.gpu_id, " | ", absl::StrJoin(g.source_gpus, ", "), " | ",
+        g.all.rows, " | ", g.series, " (", g.heldout_series, ") | ",
+        StatsCells(g.all), " | ", g.fp16_llama.rows, " | ",
+        g.fp16_llama.rows ? Pct(g.fp16_llama.mape_total) : "–", " | ",
+        g.heldout.rows, " | ", g.heldout.rows ? Pct(g.heldout.mape_total) : "–",
+        " |\n");
+  }
+  absl::StrAppend(&md, "| **all** | | ", r.overall.rows, " | | ",
+                  StatsCells(r.overall), " | ", r.overall_fp16_llama.rows,
+                  " | ", Pct(r.overall_fp16_llama.mape_total), " | ",
+                  r.overall_heldout.rows, " | ",
+                  Pct(r.overall_heldout.mape_total), " |\n\n");
+
+  absl::StrAppend(&md,
+                  "By precision (fwd, bwd, fwd+bwd MAPE, max):\n\n"
+                  "| GPU | fp16 rows | fp16 | fp32 rows | fp32 |\n"
+                  "|---|---|---|---|---|\n");
+  for (const GpuFit& g : r.gpus) {
+    absl::StrAppend(&md, "| ", g.gpu_id, " | ", g.fp16.rows, " | ",
+                    g.fp16.rows ? StatsCells(g.fp16) : "–", " | ", g.fp32.rows,
+                    " | ", g.fp32.rows ? StatsCells(g.fp32) : "–", " |\n");
+  }
+
+  absl::StrAppend(&md,
+                  "\n## Fitted parameters\n\n"
+                  "| GPU | peak 16-bit TFLOPS | peak FP32 | HBM GB/s | "
+                  "gemm_eff_max | gemm_half_gflop | fp32_gemm_eff_max | "
+                  "attn_eff_rel | mem_eff | bwd_eff_rel | layer_overhead_us |\n"
+                  "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const GpuFit& g : r.gpus) {
+    const CalibrationParams& p = g.params;
+    absl::StrAppend(
+        &md, absl::StrFormat(
+                 "| %s | %g | %g | %g | %.4f | %.4f | %.4f | %.4f | %.4f | "
+                 "%.4f | %.2f |\n",
+                 g.gpu_id, g.peak_bf16_tflops, g.peak_fp32_tflops, g.hbm_gbps,
+                 p.gemm_eff_max, p.gemm_half_gflop, p.fp32_gemm_eff_max,
+                 p.attn_eff_rel, p.mem_eff, p.bwd_eff_rel,
+                 p.layer_overhead_us));
+  }
+  absl::StrAppend(&md, R"(
+## GPUs without measurements
+
+They take the efficiencies of a measured type (fractions of their own
+peak and bandwidth, so nothing is scaled): the explicit table
+`DefaultGpuMapping()`, else by product name (V100/T4 → V100-16GB,
+P100/P40 → P100, A100 by memory), else HBM ≥ 1500 GB/s data-centre parts
+(H100, H200, B200, MI300X) → A100-80GB, else (workstation and inference
+Ampere/Ada/Blackwell cards) → A6000. Mapping written to calibration.json:
+
+| GPU | takes parameters of |
+|---|---|
+)");
+  for (const auto& [id, target] : r.mapping)
+    absl::StrAppend(&md, "| ", id, " | ", target, " |\n");
+  if (!r.notes.empty()) {
+    absl::StrAppend(&md, "\nNotes:\n\n");
+    for (const std::string& n : r.notes) absl::StrAppend(&md, "- ", n, "\n");
+  }
+  absl::StrAppend(&md, R"(
+## Profile entry semantics and activation memory
+
+A ProfileEntry is one layer on one GPU of a TP group for one micro-batch
+(mbs sequences of seq tokens), 16-bit, no recomputation; T = mbs·seq,
+h = hidden, q = heads·head_dim, k = v = kv_heads·head_dim, f = ffn,
+a = heads, t = tp (ETP for moe_experts), V' = vocab padded to a multiple
+of t.
+
+- **tp_comm_ms**: ring all-gather / reduce-scatter of T·h·2 bytes,
+  `base + (t−1)·(step + S/(t·B·comm_bw_eff))`, B = intra_node_gbps; 0 at t = 1.
+  dense: 8 (2 AG + 2 RS forward, the same backward); moe_attention: 4, or 8
+  with shared experts; moe_experts: 4 of T·top_k·h·2 bytes (ETP AG/RS);
+  embedding: 2; lm_head: 2, plus 6 small all-reduces of the loss.
+- **activation_bytes** (Korthikanti et al. 2022 with TP + sequence parallel
+  and flash attention, generalised), per GPU = T/t × per-token bytes:
+  - attention + both norms: 2·2h (norm inputs) + 2h (QKV input) +
+    2(q + k + v) (Q, K, V) + 2q (output-projection input) + 4a (flash
+    softmax statistics, fp32) [+ h dropout mask for GeLU/GPT-style models;
+    + 2·(q_lora + kv_lora + rope) latents for MLA];
+  - dense MLP: 2h (input) + SwiGLU 6f (gate, up, product) or GeLU
+    4f + h (GeLU input, down input, dropout mask).
+  For a standard GPT block (q = k = v = h, f = 4h, GeLU) this is
+  34h + 4a, Korthikanti's 34·s·b·h/t plus the softmax statistics; for
+  LLaMA-3-8B it is 34h + 4a as well (139,392 B/token).
+  - moe_attention: attention part + 2h (router / shared-expert input) + 8E
+    (fp32 router logits and probabilities) + 6·shared·f_shared.
+  - moe_experts: per token-expert pair (T·top_k, not divided by ETP):
+    2h (permuted input) + 2h (expert output kept for the combine) + 4
+    (routing weight) + 6·f_expert/ETP.
+  - embedding: 8 B per token (int64 ids).
+  - lm_head: T·(2·2h/t) (norm and projection inputs) + T·V'/t·(4 + 2)
+    (fp32 logits and their 16-bit copy).
+- **param_count**: dense DenseLayerParams/t; moe_attention
+  (AttentionParams + RouterAndSharedParams)/t; moe_experts
+  num_experts·ExpertParams/ETP; embedding V'·h/t; lm_head LmHeadParams/t
+  (rounded up).
+)");
+  return md;
+}
+
+}  // namespace arachne

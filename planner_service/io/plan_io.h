@@ -1,0 +1,75 @@
+// Plan files: the JSON a planner writes (plan + prediction) and reads back
+// (plan only) for simulation, migration and comparison.
+//
+// {
+//   "model": "llama3-8b",
+//   "training": {"seq_len": 2048, "global_batch": 2048, "precision": "bf16",
+//                "recompute": "none", "distributed_optimizer": false},
+//   "iteration_time_s": 5.1, "throughput_iters_per_s": 0.196,
+//   "tokens_per_s": 822000, "mfu": 0.41, "usd_per_hour": 120.5,
+//   "max_memory_gib": 37.2, "unused_gpus": 0,
+//   "breakdown": {"compute_s": .., "tp_comm_s": .., "p2p_s": .., "bubble_s":
+//   ..,
+//                 "dp_sync_s": .., "all_to_all_s": .., "optimizer_s": ..},
+//   "templates": [{
+//     "replicas": 2, "micro_batch_size": 1, "micro_batches": 64,
+//     "total_micro_batches": 128,
+//     "stages": [{"gpu_type": "A100-40GB", "tp": 4, "layers": [0, 16],
+//                 "memory_gib": 35.1,
+//                 "expert_tiling": {"ep": 4, "etp": 1, "edp": 2}}],  // MoE
+//                 only
+//     "placement": [[{"node": "a100-40gb-0", "gpus": [0, 1, 2, 3]}, ...],  //
+//     replica 0
+//                   ...]
+//   }]
+// }
+//
+// `layers` is the half-open range [begin, end) of transformer blocks.
+#ifndef ARACHNE_PLANNER_SERVICE_IO_PLAN_IO_H_
+#define ARACHNE_PLANNER_SERVICE_IO_PLAN_IO_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "planner_service/core/cluster.h"
+#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model.h"
+#include "planner_service/core/plan.h"
+
+namespace arachne {
+
+// The plan and its prediction in the shape above. GPU types are written as
+// canonical ids, nodes by name. `memory_gib` is written when `prediction`
+// holds stage_memory for the stage; `expert_tiling` only for MoE models. The
+// caller adds fields such as "planner" and "planning_time_s".
+nlohmann::json PlanToJson(const Plan& plan, const Prediction& prediction,
+                          const Cluster& cluster, const GpuCatalog& catalog,
+                          const ModelSpec& model,
+                          const TrainingConfig& training);
+
+// Reads the `templates` of a plan JSON back into a Plan. Top-level fields
+// other than `templates` (predictions, model, planner, ...) are outputs and
+// ignored; inside templates, stages and placement entries unknown fields are
+// errors. Node names resolve through `cluster`, GPU types (ids or aliases)
+// through `catalog`. `micro_batches` may stand in for `total_micro_batches`
+// (total = micro_batches * replicas); when both are given they must agree.
+// Checks structure only (shapes, types, ranges such as tp >= 1 and
+// 0 <= begin < end, one placement entry per replica and stage, tp GPUs per
+// entry); whether the plan is feasible is core's validation. Errors are
+// InvalidArgument "<source>: templates[i].placement[r][s].node: unknown node
+// \"x\"" and the like.
+absl::StatusOr<Plan> PlanFromJson(const nlohmann::json& json,
+                                  const Cluster& cluster,
+                                  const GpuCatalog& catalog,
+                                  absl::string_view source = "plan");
+
+// Reads a plan file (JSON or YAML) at `path`; errors name the path.
+absl::StatusOr<Plan> LoadPlanFile(const std::string& path,
+                                  const Cluster& cluster,
+                                  const GpuCatalog& catalog);
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_IO_PLAN_IO_H_
