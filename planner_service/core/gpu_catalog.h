@@ -1,6 +1,6 @@
 // GPU hardware catalog: the per-type facts the cost model needs (peak
 // throughput, memory, bandwidths, node size, price). The data lives in
-// profiles/gpus.yaml (sources in docs/cost-model.md); this file only holds the
+// profiles/gpus.yaml (each row names its source); this file only holds the
 // in-memory form and name resolution.
 #ifndef ARACHNE_PLANNER_SERVICE_CORE_GPU_CATALOG_H_
 #define ARACHNE_PLANNER_SERVICE_CORE_GPU_CATALOG_H_

@@ -196,9 +196,9 @@ absl::Status ModelSpec::Validate() const {
   const bool has_dense_layers =
       !is_moe() || moe.dense_first_layers > 0;
   if (has_dense_layers && ffn <= 0) return bad("ffn", ffn, "must be > 0");
+  if (moe.num_experts < 0)
+    return bad("moe.num_experts", moe.num_experts, "must be >= 0");
   if (is_moe()) {
-    if (moe.num_experts < 0)
-      return bad("moe.num_experts", moe.num_experts, "must be >= 0");
     if (moe.top_k <= 0 || moe.top_k > moe.num_experts)
       return bad("moe.top_k", moe.top_k,
                  absl::StrCat("must be in [1, num_experts=", moe.num_experts,
