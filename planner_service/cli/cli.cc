@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
+#include "planner_service/cli/plan_svg.h"
 #include "planner_service/cli/plan_table.h"
 #include "planner_service/core/planners.h"
 #include "planner_service/core/plan_validation.h"
@@ -35,6 +36,7 @@ struct InputFlags {
   bool distributed_optimizer = false;
   std::string profiles_dir;
   std::string format = "table";
+  std::string svg;  // also write a diagram of the plan here
 };
 
 void AddInputFlags(CLI::App* cmd, InputFlags* f) {
@@ -55,6 +57,7 @@ void AddInputFlags(CLI::App* cmd, InputFlags* f) {
   cmd->add_option("--profiles-dir", f->profiles_dir,
                   "directory overriding the built-in profiles/ data");
   cmd->add_option("--format", f->format, "table or json");
+  cmd->add_option("--svg", f->svg, "also write an SVG diagram of the plan");
 }
 
 int Fail(std::ostream& err, const absl::Status& s) {
@@ -97,10 +100,18 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> LoadContext(
   return PlanningContext::Create(req);
 }
 
-void PrintPlan(std::ostream& out, const InputFlags& f,
-               const PlanningContext& ctx, const Plan& plan,
-               const Prediction& prediction, const std::string& planner,
-               double planning_time_s, const PlannerStats* stats) {
+absl::Status PrintPlan(std::ostream& out, const InputFlags& f,
+                       const PlanningContext& ctx, const Plan& plan,
+                       const Prediction& prediction, const std::string& planner,
+                       double planning_time_s, const PlannerStats* stats) {
+  if (!f.svg.empty()) {
+    std::ofstream svg(f.svg);
+    svg << RenderPlanSvg(plan, prediction, ctx.cost_model());
+    if (!svg) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("--svg: cannot write ", f.svg));
+    }
+  }
   if (f.format == "json") {
     nlohmann::json j = PlanToJson(plan, prediction, ctx.cluster(),
                                   ctx.catalog(), ctx.model(), ctx.training());
@@ -111,7 +122,7 @@ void PrintPlan(std::ostream& out, const InputFlags& f,
       j["exhaustive"] = stats->exhaustive;
     }
     out << j.dump(2) << "\n";
-    return;
+    return absl::OkStatus();
   }
   out << RenderPlanTable(plan, prediction, ctx.cost_model());
   out << absl::StrFormat("\nplanner %s: %.2f s", planner, planning_time_s);
@@ -120,6 +131,7 @@ void PrintPlan(std::ostream& out, const InputFlags& f,
                            stats->exhaustive ? ", exhaustive" : "");
   }
   out << "\n";
+  return absl::OkStatus();
 }
 
 int RunPlan(const InputFlags& f, const std::string& planner_name,
@@ -150,8 +162,12 @@ int RunPlan(const InputFlags& f, const std::string& planner_name,
   absl::StatusOr<PlanResult> result = (*planner)->Run((*ctx)->cost_model(), options);
   if (!result.ok()) return Fail(err, result.status());
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
-  PrintPlan(out, f, **ctx, result->plan, result->prediction, result->planner,
-            elapsed, &result->stats);
+  if (absl::Status s = PrintPlan(out, f, **ctx, result->plan,
+                                 result->prediction, result->planner, elapsed,
+                                 &result->stats);
+      !s.ok()) {
+    return Fail(err, s);
+  }
   return kExitOk;
 }
 
@@ -169,8 +185,12 @@ int RunEvaluate(const InputFlags& f, const std::string& plan_file,
   }
   absl::StatusOr<Prediction> p = (*ctx)->cost_model().Predict(*plan);
   if (!p.ok()) return Fail(err, p.status());
-  PrintPlan(out, f, **ctx, *plan, *p, "evaluate",
-            absl::ToDoubleSeconds(absl::Now() - start), nullptr);
+  if (absl::Status s = PrintPlan(out, f, **ctx, *plan, *p, "evaluate",
+                                 absl::ToDoubleSeconds(absl::Now() - start),
+                                 nullptr);
+      !s.ok()) {
+    return Fail(err, s);
+  }
   return kExitOk;
 }
 

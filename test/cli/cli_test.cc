@@ -177,3 +177,30 @@ TEST(CliTest, CatalogsList) {
 
 }  // namespace
 }  // namespace arachne
+
+namespace arachne {
+namespace {
+
+TEST(CliTest, SvgDiagramShowsEveryTemplateAndType) {
+  const std::string svg =
+      (std::filesystem::temp_directory_path() / "arachne_cli_test_plan.svg")
+          .string();
+  CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                  Example("small-8.yaml"), "--svg", svg});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(svg);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("<svg"));
+  EXPECT_THAT(text.str(), HasSubstr("template 1:"));
+  EXPECT_THAT(text.str(), HasSubstr("A100-40GB (4 GPUs)"));
+  EXPECT_THAT(text.str(), HasSubstr("A6000 (4 GPUs)"));
+
+  CliRun bad = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                    Example("small-8.yaml"), "--svg", "/nonexistent/dir/x.svg"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--svg: cannot write /nonexistent/dir/x.svg"));
+}
+
+}  // namespace
+}  // namespace arachne
