@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "planner_service/core/csv.h"
 
 namespace arachne {
 namespace {
@@ -360,37 +361,6 @@ bool ContainsAny(const GpuType& g, std::initializer_list<absl::string_view> ws) 
   for (absl::string_view w : ws)
     if (ContainsNoCase(hay, w)) return true;
   return false;
-}
-
-// CSV helpers.
-std::vector<std::string> SplitCsvLine(absl::string_view line) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"') {
-        if (i + 1 < line.size() && line[i + 1] == '"') {
-          cur.push_back('"');
-          ++i;
-        } else {
-          quoted = false;
-        }
-      } else {
-        cur.push_back(c);
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      out.push_back(std::move(cur));
-      cur.clear();
-    } else {
-      cur.push_back(c);
-    }
-  }
-  out.push_back(std::move(cur));
-  return out;
 }
 
 }  // namespace

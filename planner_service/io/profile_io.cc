@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
+#include "planner_service/core/csv.h"
 #include "planner_service/io/data_files.h"
 
 namespace arachne {
@@ -29,33 +30,6 @@ constexpr const char* kColumns[] = {
     "param_count", "source"};
 constexpr int kNumColumns = 12;
 
-std::vector<std::string> SplitCsv(absl::string_view line) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        cur.push_back('"');
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        cur.push_back(c);
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      out.push_back(std::string(absl::StripAsciiWhitespace(cur)));
-      cur.clear();
-    } else {
-      cur.push_back(c);
-    }
-  }
-  out.push_back(std::string(absl::StripAsciiWhitespace(cur)));
-  return out;
-}
 
 std::string Num(double v) {
   char buf[64];
@@ -75,7 +49,7 @@ absl::StatusOr<std::vector<ProfileEntry>> ParseProfileCsv(
     absl::string_view line =
         absl::StripAsciiWhitespace(absl::StripSuffix(lines[li], "\r"));
     if (line.empty() || absl::StartsWith(line, "#")) continue;
-    const std::vector<std::string> f = SplitCsv(line);
+    const std::vector<std::string> f = SplitCsvLine(line);
     if (!header_seen) {
       header_seen = true;
       for (int c = 0; c < kNumColumns; ++c) {
