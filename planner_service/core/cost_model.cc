@@ -1,6 +1,7 @@
 #include "planner_service/core/cost_model.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -31,9 +32,7 @@ struct CostModel::PlacementFacts {
 
 int Log2Exact(int v) {
   if (v <= 0 || (v & (v - 1)) != 0) return -1;
-  int l = 0;
-  while ((1 << l) < v) ++l;
-  return l;
+  return std::countr_zero(static_cast<unsigned>(v));
 }
 
 absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
@@ -241,7 +240,34 @@ double CostModel::StageTime(const Plan& plan, int t, int s) const {
   return StageTimeTerms(plan, t, s, FactsOf(plan.templates[t])).total();
 }
 
+CostModel::StageParams CostModel::ParamsOf(const Template& t, int s) const {
+  const Stage& st = t.stages[s];
+  const int mbs = t.micro_batch_size;
+  const int n_moe = model_.MoeLayersIn(st.layer_begin, st.layer_end);
+  const int n_dense = st.num_layers() - n_moe;
+  StageParams p;
+  if (n_dense > 0)
+    p.non_expert += n_dense * Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs).params;
+  if (n_moe > 0) {
+    p.non_expert +=
+        n_moe * Layer(LayerKind::kMoeAttention, st.gpu_type, st.tp, mbs).params;
+    p.expert += n_moe *
+                Layer(LayerKind::kMoeExperts, st.gpu_type, st.tiling.etp, mbs).params /
+                st.tiling.ep;
+  }
+  if (s == 0)
+    p.non_expert += Layer(LayerKind::kEmbedding, st.gpu_type, st.tp, mbs).params;
+  if (s == t.depth() - 1)
+    p.non_expert += Layer(LayerKind::kLmHead, st.gpu_type, st.tp, mbs).params;
+  return p;
+}
+
 StageMemory CostModel::StageMemoryOf(const Plan& plan, int t, int s) const {
+  return MemoryWithParams(plan, t, s, ParamsOf(plan.templates[t], s));
+}
+
+StageMemory CostModel::MemoryWithParams(const Plan& plan, int t, int s,
+                                        const StageParams& params) const {
   const Template& tmpl = plan.templates[t];
   const Stage& st = tmpl.stages[s];
   const int mbs = tmpl.micro_batch_size;
@@ -249,19 +275,17 @@ StageMemory CostModel::StageMemoryOf(const Plan& plan, int t, int s) const {
   for (const Template& x : plan.templates) total_replicas += x.replicas;
   const int n_moe = model_.MoeLayersIn(st.layer_begin, st.layer_end);
   const int n_dense = st.num_layers() - n_moe;
-  double p_ne = 0, p_e = 0, act = 0, working = 0, extra_act = 0;
+  const double p_ne = params.non_expert, p_e = params.expert;
+  double act = 0, working = 0, extra_act = 0;
   if (n_dense > 0) {
-    const LayerCost& c = Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs);
-    p_ne += n_dense * c.params;
-    act += n_dense * c.activation_bytes;
+    act += n_dense *
+           Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs).activation_bytes;
   }
   if (n_moe > 0) {
     const LayerCost& a = Layer(LayerKind::kMoeAttention, st.gpu_type, st.tp, mbs);
     const LayerCost& e =
         Layer(LayerKind::kMoeExperts, st.gpu_type, st.tiling.etp, mbs);
     const double scale = static_cast<double>(st.tiling.etp) / st.tp;
-    p_ne += n_moe * a.params;
-    p_e += n_moe * e.params / st.tiling.ep;
     act += n_moe * (a.activation_bytes + e.activation_bytes * scale);
   }
   if (training_.recompute == Recompute::kFull) {
@@ -271,19 +295,15 @@ StageMemory CostModel::StageMemoryOf(const Plan& plan, int t, int s) const {
     working = full_layer;
   }
   if (s == 0) {
-    const LayerCost& c = Layer(LayerKind::kEmbedding, st.gpu_type, st.tp, mbs);
-    p_ne += c.params;
-    extra_act += c.activation_bytes;
+    extra_act +=
+        Layer(LayerKind::kEmbedding, st.gpu_type, st.tp, mbs).activation_bytes;
   }
   if (s == tmpl.depth() - 1) {
-    const LayerCost& c = Layer(LayerKind::kLmHead, st.gpu_type, st.tp, mbs);
-    p_ne += c.params;
-    extra_act += c.activation_bytes;  // logits of the one micro-batch in loss
+    // Logits of the one micro-batch in the loss.
+    extra_act +=
+        Layer(LayerKind::kLmHead, st.gpu_type, st.tp, mbs).activation_bytes;
   }
-  const double dp_ne = params_.optimizer_bytes_per_param > 0 &&
-                               training_.distributed_optimizer
-                           ? total_replicas
-                           : 1;
+  const double dp_ne = training_.distributed_optimizer ? total_replicas : 1;
   const double edp_all = std::max(
       1.0, static_cast<double>(st.tiling.edp) * total_replicas / tmpl.replicas);
   const double dp_e = training_.distributed_optimizer ? edp_all : 1;
@@ -427,12 +447,12 @@ double CostModel::Evaluate(const Plan& plan, Infeasibility* why,
   for (size_t j = 0; j < plan.templates.size(); ++j) {
     const Template& t = plan.templates[j];
     const int d = t.depth();
-    const int mbs = t.micro_batch_size;
     double max_t = 0, sum_t = 0;
     for (int s = 0; s < d; ++s) {
       const Stage& st = t.stages[s];
       // Memory first: an OOM plan is never priced.
-      StageMemory mem = StageMemoryOf(plan, static_cast<int>(j), s);
+      const StageParams sp = ParamsOf(t, s);
+      StageMemory mem = MemoryWithParams(plan, static_cast<int>(j), s, sp);
       if (detail) {
         detail->stage_memory[j].push_back(mem);
         detail->max_memory_gib = std::max(detail->max_memory_gib, mem.total_gib());
@@ -447,17 +467,7 @@ double CostModel::Evaluate(const Plan& plan, Infeasibility* why,
 
       // Gradient synchronisation of this stage's layers over every replica
       // of every template (ring all-reduce), experts over their EDP copies.
-      const int n_moe = model_.MoeLayersIn(st.layer_begin, st.layer_end);
-      const int n_dense = st.num_layers() - n_moe;
-      double p_ne = 0, p_e = 0;
-      if (n_dense > 0) p_ne += n_dense * Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs).params;
-      if (n_moe > 0) {
-        p_ne += n_moe * Layer(LayerKind::kMoeAttention, st.gpu_type, st.tp, mbs).params;
-        p_e += n_moe * Layer(LayerKind::kMoeExperts, st.gpu_type, st.tiling.etp, mbs).params /
-               st.tiling.ep;
-      }
-      if (s == 0) p_ne += Layer(LayerKind::kEmbedding, st.gpu_type, st.tp, mbs).params;
-      if (s == d - 1) p_ne += Layer(LayerKind::kLmHead, st.gpu_type, st.tp, mbs).params;
+      const double p_ne = sp.non_expert, p_e = sp.expert;
       const bool intra = plan_single_node ||
                          (plan.templates.size() == 1 && facts[j].stage_single_node[s]);
       const double bw =

@@ -116,6 +116,15 @@ class CostModel {
   StageTerms StageTimeTerms(const Plan& plan, int t, int s,
                             const PlacementFacts& facts) const;
   PlacementFacts FactsOf(const Template& t) const;
+  // Parameters one GPU of stage `s` holds: non-expert (layers / tp,
+  // embedding, head) and routed-expert (per EP x ETP shard).
+  struct StageParams {
+    double non_expert = 0;
+    double expert = 0;
+  };
+  StageParams ParamsOf(const Template& t, int s) const;
+  StageMemory MemoryWithParams(const Plan& plan, int t, int s,
+                               const StageParams& params) const;
   double Evaluate(const Plan& plan, Infeasibility* why,
                   Prediction* detail) const;
 

@@ -25,12 +25,12 @@ inline GpuCatalog ToyCatalog() {
                .peak_bf16_tflops = 100, .peak_fp32_tflops = 10,
                .memory_gib = 10, .hbm_gbps = 1000, .intra_node_gbps = 100,
                .intra_node_link = "NVLink", .default_gpus_per_node = 4,
-               .usd_per_hour = 2};
+               .usd_per_hour = 2, .source = "test"};
   GpuType slow{.id = "SLOW", .aliases = {"S"}, .product_name = "slow",
                .peak_bf16_tflops = 50, .peak_fp32_tflops = 5,
                .memory_gib = 10, .hbm_gbps = 500, .intra_node_gbps = 50,
                .intra_node_link = "PCIe", .default_gpus_per_node = 4,
-               .usd_per_hour = 1};
+               .usd_per_hour = 1, .source = "test"};
   auto c = GpuCatalog::Create({fast, slow});
   CHECK(c.status().ok());
   return *std::move(c);
