@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
@@ -41,11 +42,21 @@ struct PlannerOptions {
   const Clock* clock = nullptr;  // nullptr: real time
 };
 
+// One improvement of a planner's best plan: after `evaluations` plans priced
+// (and `wall_s` seconds) the best plan so far runs at `throughput`.
+struct ProgressPoint {
+  int64_t evaluations = 0;
+  double wall_s = 0;
+  double throughput_iters_per_s = 0;
+};
+
 struct PlannerStats {
   int64_t evaluations = 0;  // plans priced by the cost model
   int64_t templates_tried = 0;
   bool exhaustive = false;  // the whole space was searched
   double wall_s = 0;
+  // Every improvement of the best plan, in order (Figure 11's curves).
+  std::vector<ProgressPoint> progress;
 };
 
 struct PlanResult {
