@@ -1,5 +1,6 @@
 #include "planner_service/cli/cli.h"
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
+#include "planner_service/cli/bench_runner.h"
 #include "planner_service/cli/plan_svg.h"
 #include "planner_service/cli/plan_table.h"
 #include "planner_service/core/planners.h"
@@ -315,6 +317,55 @@ int RunGpus(const std::string& profiles_dir, const std::string& format,
   return kExitOk;
 }
 
+// Flags of `arachne bench` beyond BenchOptions.
+struct BenchFlags {
+  BenchOptions options;
+  std::string out_dir = "bench-results";
+  std::string plot_script;  // "": plot_results.py next to the suite dir
+  bool no_plots = false;
+};
+
+int RunBenchCommand(const BenchFlags& f, std::ostream& out,
+                    std::ostream& err) {
+  absl::StatusOr<BenchResults> results = RunBench(f.options, err);
+  if (!results.ok()) return Fail(err, results.status());
+  if (absl::Status s = WriteBenchOutputs(*results, f.out_dir); !s.ok()) {
+    return Fail(err, s);
+  }
+  int ok = 0, no_plan = 0, errors = 0;
+  for (const BenchRun& run : results->runs) {
+    if (run.status == RunStatus::kOk) ++ok;
+    if (run.status == RunStatus::kNoPlan) ++no_plan;
+    if (run.status == RunStatus::kError) ++errors;
+  }
+  if (errors > 0) {
+    err << "bench: " << errors
+        << " runs failed with an error (a planner bug or an invalid plan); "
+           "see the status and message columns of results.csv\n";
+  }
+  bool plotted = false;
+  if (f.no_plots) {
+    err << "bench: plots skipped (--no-plots); draw them with: python3 "
+           "bench/plot_results.py "
+        << f.out_dir << "\n";
+  } else {
+    std::string script = f.plot_script;
+    if (script.empty()) {
+      script = (std::filesystem::path(f.options.suite_dir) / ".." /
+                "plot_results.py")
+                   .lexically_normal()
+                   .string();
+    }
+    plotted = DrawPlots(script, f.out_dir, err);
+  }
+  out << absl::StrFormat(
+      "bench: %d runs (%d ok, %d no plan, %d error) in %.1f s; wrote %s "
+      "(results.csv, results.md%s)\n",
+      results->runs.size(), ok, no_plan, errors, results->wall_s, f.out_dir,
+      plotted ? ", plots" : "");
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunCli(int argc, const char* const* argv, std::ostream& out,
@@ -375,6 +426,39 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   gpus->add_option("--format", list_format, "table or json");
   gpus->add_option("--profiles-dir", profiles_dir, "override profiles/ data");
 
+  BenchFlags bench_flags;
+  CLI::App* bench = app.add_subcommand(
+      "bench", "run planners over the evaluation suite (bench/scenarios)");
+  bench->add_option("--suite", bench_flags.options.suite_dir,
+                    "directory of scenario files")
+      ->required();
+  bench->add_option("--scenarios", bench_flags.options.scenario_patterns,
+                    "scenario names or globs, comma-separated (default: all)")
+      ->delimiter(',');
+  bench->add_option("--planners", bench_flags.options.planners,
+                    "planners, comma-separated (default: all registered)")
+      ->delimiter(',');
+  bench->add_option("--budget", bench_flags.options.budget_s,
+                    "search budget per planner run, seconds");
+  bench->add_option("--max-evaluations", bench_flags.options.max_evaluations,
+                    "stop each run after this many plan evaluations (0: no "
+                    "limit; search_curve scenarios set their own)");
+  bench->add_option("--jobs", bench_flags.options.jobs,
+                    "planner runs in parallel (0: one per hardware thread)");
+  bench->add_option("--max-depth", bench_flags.options.max_depth,
+                    "deepest pipeline (Dmax)");
+  bench->add_option("--max-templates", bench_flags.options.max_templates,
+                    "most templates per plan");
+  bench->add_option("--seed", bench_flags.options.seed, "planner seed");
+  bench->add_option("--profiles-dir", bench_flags.options.profiles_dir,
+                    "override profiles/ data");
+  bench->add_option("--out", bench_flags.out_dir, "output directory");
+  bench->add_option("--plot-script", bench_flags.plot_script,
+                    "plotting script (default: plot_results.py beside the "
+                    "suite directory)");
+  bench->add_flag("--no-plots", bench_flags.no_plots,
+                  "write the CSV and Markdown results only");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -409,6 +493,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
         << (md_out.empty() ? "" : " " + md_out) << "\n";
     return kExitOk;
   }
+  if (*bench) return RunBenchCommand(bench_flags, out, err);
   if (*models) return RunModels(profiles_dir, list_format, out, err);
   if (*gpus) return RunGpus(profiles_dir, list_format, out, err);
   return kExitInternal;

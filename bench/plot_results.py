@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Draws the PNG plots of an `arachne bench` run from its CSV files.
+
+    python3 bench/plot_results.py DIR
+
+reads DIR/results.csv (and DIR/progress.csv, DIR/fig4_samples.csv when
+present) and writes into DIR, one file per scenario:
+
+  <scenario>.png          grouped bars: throughput of each planner's plan per
+                          composition, planning time printed on each bar
+                          (Figures 1, 7, 9, 10 and the testbed, Figure 8)
+  <scenario>-curve.png    best-so-far throughput against plan evaluations,
+                          log x (Figure 11; search_curve scenarios)
+  <scenario>-scatter.png  random plan structures vs each planner's plan,
+                          relative throughput against pipeline depth
+                          (Figure 4; scatter scenarios)
+
+Needs only python3 and matplotlib (Debian: python3-matplotlib).
+"""
+
+import collections
+import csv
+import os
+import random
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+
+# Fixed colours so a planner looks the same in every figure.
+PLANNER_COLORS = {
+    "exact": "#d62728",
+    "amp": "#1f77b4",
+    "espresso": "#ff7f0e",
+    "hexiscale": "#2ca02c",
+    "metis": "#9467bd",
+    "sailor": "#8c564b",
+    "random": "#7f7f7f",
+}
+FALLBACK_COLORS = ["#e377c2", "#bcbd22", "#17becf", "#393b79", "#637939"]
+
+
+def planner_color(name, order):
+    if name in PLANNER_COLORS:
+        return PLANNER_COLORS[name]
+    return FALLBACK_COLORS[order.index(name) % len(FALLBACK_COLORS)]
+
+
+def read_csv(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def short_time(seconds):
+    """Planning time as the paper prints it above bars: <1s, 3s, 600s."""
+    if seconds < 1:
+        return "<1s"
+    return "%.0fs" % seconds
+
+
+def ordered_unique(values):
+    return list(collections.OrderedDict.fromkeys(values))
+
+
+def plot_bars(scenario, rows, planners, out_dir):
+    compositions = ordered_unique(r["composition"] for r in rows)
+    by_key = {(r["composition"], r["planner"]): r for r in rows}
+    n = len(planners)
+    width = 0.8 / max(n, 1)
+    fig_w = max(6.0, 1.2 + len(compositions) * (0.35 * n + 0.6))
+    fig, ax = plt.subplots(figsize=(fig_w, 4.2))
+    top = max([float(r["throughput_iters_per_s"]) for r in rows
+               if r["status"] == "ok"] or [1.0])
+    for pi, planner in enumerate(planners):
+        xs, heights = [], []
+        for ci, comp in enumerate(compositions):
+            r = by_key.get((comp, planner))
+            if r is None:
+                continue
+            x = ci - 0.4 + width * (pi + 0.5)
+            ok = r["status"] == "ok"
+            h = float(r["throughput_iters_per_s"]) if ok else 0.0
+            xs.append(x)
+            heights.append(h)
+            label = short_time(float(r["planning_time_s"]))
+            if not ok:
+                label = "no plan" if r["status"] == "no_plan" else "error"
+            ax.text(x, h + top * 0.01, label, ha="center", va="bottom",
+                    rotation=90, fontsize=6.5)
+        ax.bar(xs, heights, width, label=planner,
+               color=planner_color(planner, planners), edgecolor="black",
+               linewidth=0.4)
+    ax.set_xticks(range(len(compositions)))
+    ax.set_xticklabels(compositions, fontsize=8)
+    ax.set_ylabel("Throughput (iter/s)")
+    ax.set_ylim(0, top * 1.35)
+    first = rows[0]
+    ax.set_title("Figure %s: %s (%s)" % (first["figure"], first["model"],
+                                         scenario), fontsize=10)
+    ax.legend(ncol=min(n, 7), fontsize=7, loc="upper left", frameon=False)
+    ax.grid(axis="y", linewidth=0.3)
+    fig.tight_layout()
+    path = os.path.join(out_dir, scenario + ".png")
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
+def plot_curve(scenario, rows, planners, out_dir):
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for planner in planners:
+        pts = [(int(r["evaluations"]), float(r["best_throughput_iters_per_s"]))
+               for r in rows if r["planner"] == planner]
+        if not pts:
+            continue
+        pts.sort()
+        xs = [max(1, e) for e, _ in pts]
+        ys = [t for _, t in pts]
+        ax.step(xs, ys, where="post", label=planner,
+                color=planner_color(planner, planners), linewidth=1.4)
+    ax.set_xscale("log")
+    ax.set_xlim(1, 1e5)
+    ax.set_xlabel("Candidate plans scored (plan evaluations)")
+    ax.set_ylabel("Best-so-far throughput (iter/s)")
+    ax.set_title("Figure %s: %s (%s)" % (rows[0]["figure"],
+                                         rows[0]["composition"], scenario),
+                 fontsize=10)
+    ax.grid(linewidth=0.3)
+    ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    path = os.path.join(out_dir, scenario + "-curve.png")
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
+def plot_scatter(scenario, samples, rows, planners, out_dir, suffix=""):
+    ok_rows = [r for r in rows if r["status"] == "ok"]
+    best = max([float(s["throughput_iters_per_s"]) for s in samples] +
+               [float(r["throughput_iters_per_s"]) for r in ok_rows] + [1e-12])
+    rng = random.Random(0)  # fixed jitter: the same data draws the same plot
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ax.scatter([int(s["max_depth"]) + rng.uniform(-0.3, 0.3) for s in samples],
+               [float(s["throughput_iters_per_s"]) / best for s in samples],
+               s=3, color="#b0b0b0", alpha=0.35, linewidths=0,
+               label="random structures (%d)" % len(samples))
+    markers = "o^sDvP*Xh"
+    for i, r in enumerate(ok_rows):
+        ax.scatter([int(r["max_depth"])],
+                   [float(r["throughput_iters_per_s"]) / best],
+                   s=70, marker=markers[i % len(markers)],
+                   color=planner_color(r["planner"], planners),
+                   edgecolor="black", linewidth=0.6, zorder=3,
+                   label=r["planner"])
+    ax.set_xlabel("Pipeline depth (deepest template)")
+    ax.set_ylabel("Relative throughput")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Figure %s: %s, %s (%s)" % (rows[0]["figure"],
+                                             rows[0]["model"],
+                                             rows[0]["composition"], scenario),
+                 fontsize=10)
+    ax.grid(linewidth=0.3)
+    ax.legend(fontsize=7, frameon=False, loc="upper right")
+    fig.tight_layout()
+    path = os.path.join(out_dir, scenario + "-scatter" + suffix + ".png")
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.stderr.write("usage: %s DIR (the --out of arachne bench)\n" % argv[0])
+        return 2
+    out_dir = argv[1]
+    results = read_csv(os.path.join(out_dir, "results.csv"))
+    if not results:
+        sys.stderr.write("plot_results: no rows in %s/results.csv\n" % out_dir)
+        return 1
+    progress = read_csv(os.path.join(out_dir, "progress.csv"))
+    samples = read_csv(os.path.join(out_dir, "fig4_samples.csv"))
+    planners = ordered_unique(r["planner"] for r in results)
+    written = []
+    for scenario in ordered_unique(r["scenario"] for r in results):
+        rows = [r for r in results if r["scenario"] == scenario]
+        written.append(plot_bars(scenario, rows, planners, out_dir))
+        kind = rows[0]["kind"]
+        if kind == "search_curve":
+            curve = [p for p in progress if p["scenario"] == scenario]
+            if curve:
+                written.append(plot_curve(scenario, curve, planners, out_dir))
+        if kind == "scatter":
+            comps = ordered_unique(r["composition"] for r in rows)
+            for ci, comp in enumerate(comps):
+                pts = [s for s in samples if s["scenario"] == scenario and
+                       s["composition"] == comp]
+                comp_rows = [r for r in rows if r["composition"] == comp]
+                suffix = "-%d" % (ci + 1) if len(comps) > 1 else ""
+                written.append(plot_scatter(scenario, pts, comp_rows, planners,
+                                            out_dir, suffix))
+    sys.stderr.write("plot_results: wrote %d plots in %s\n" %
+                     (len(written), out_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

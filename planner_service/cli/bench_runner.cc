@@ -1,0 +1,681 @@
+#include "planner_service/cli/bench_runner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/planners.h"
+#include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/planning_context.h"
+
+namespace arachne {
+namespace {
+
+// Runs fn(0..n-1) on `jobs` threads, each taking the next index when free, so
+// long and short runs interleave without a static split.
+void ParallelFor(int n, int jobs, const std::function<void(int)>& fn) {
+  std::atomic<int> next{0};
+  auto worker = [&] {
+    for (int i = next++; i < n; i = next++) fn(i);
+  };
+  const int threads = std::max(1, std::min(jobs, n));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+}
+
+absl::Status CheckOptions(const BenchOptions& o) {
+  if (!(o.budget_s > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--budget: must be > 0 seconds, got ", o.budget_s));
+  }
+  if (o.max_evaluations < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-evaluations: must be >= 0 (0: no limit), got ",
+        o.max_evaluations));
+  }
+  if (o.jobs < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--jobs: must be >= 0 (0: one per hardware thread), got ", o.jobs));
+  }
+  if (o.max_depth < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-depth: must be >= 1, got ", o.max_depth));
+  }
+  if (o.max_templates < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-templates: must be >= 1, got ", o.max_templates));
+  }
+  return absl::OkStatus();
+}
+
+// The planners to run, canonical (lower-case) names in the order given, or
+// every registered planner.
+absl::StatusOr<std::vector<std::string>> ResolvePlanners(
+    const std::vector<std::string>& requested) {
+  const std::vector<std::string> known = PlannerNames();
+  if (requested.empty()) return known;
+  std::vector<std::string> planners;
+  for (const std::string& name : requested) {
+    const std::string lower = absl::AsciiStrToLower(name);
+    if (std::find(known.begin(), known.end(), lower) == known.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--planners: unknown planner \"", name,
+                       "\"; known: ", absl::StrJoin(known, ", ")));
+    }
+    if (std::find(planners.begin(), planners.end(), lower) != planners.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--planners: \"", name, "\" is listed twice"));
+    }
+    planners.push_back(lower);
+  }
+  return planners;
+}
+
+int DeepestTemplate(const Plan& plan) {
+  int depth = 0;
+  for (const Template& t : plan.templates) depth = std::max(depth, t.depth());
+  return depth;
+}
+
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  return absl::StrCat("\"", absl::StrReplaceAll(s, {{"\"", "\"\""}}), "\"");
+}
+
+std::string Num(double v) { return absl::StrFormat("%.6g", v); }
+
+// Markdown table cells must not contain a bare '|'.
+std::string MdCell(const std::string& s) {
+  return absl::StrReplaceAll(s, {{"|", "\\|"}, {"\n", " "}});
+}
+
+std::string Seconds(double s) {
+  if (s < 1) return absl::StrFormat("%.2f s", s);
+  if (s < 100) return absl::StrFormat("%.1f s", s);
+  return absl::StrFormat("%.0f s", s);
+}
+
+// The figure a panel belongs to: "7a" -> "7", "10b" -> "10"; names without
+// a leading number stay as they are.
+std::string FigureOf(const std::string& panel) {
+  size_t i = 0;
+  while (i < panel.size() && absl::ascii_isdigit(panel[i])) ++i;
+  return i == 0 ? panel : panel.substr(0, i);
+}
+
+// "7a" -> "Figure 7(a)", "11" -> "Figure 11"; a name such as "testbed"
+// stays as it is.
+std::string PanelTitle(const std::string& panel) {
+  const std::string figure = FigureOf(panel);
+  if (figure == panel) {
+    return absl::ascii_isdigit(panel[0]) ? "Figure " + panel : panel;
+  }
+  return absl::StrCat("Figure ", figure, "(", panel.substr(figure.size()),
+                      ")");
+}
+
+// Figures in numeric order, then named ones alphabetically.
+bool FigureLess(const std::string& a, const std::string& b) {
+  const bool na = !a.empty() && absl::ascii_isdigit(a[0]);
+  const bool nb = !b.empty() && absl::ascii_isdigit(b[0]);
+  if (na != nb) return na;
+  if (na) return std::stoi(a) < std::stoi(b);
+  return a < b;
+}
+
+// Best-so-far throughput after `evaluations` plan evaluations, from the
+// improvements a run recorded (0 before its first feasible plan).
+double BestAfter(const std::vector<ProgressPoint>& progress,
+                 int64_t evaluations) {
+  double best = 0;
+  for (const ProgressPoint& p : progress) {
+    if (p.evaluations > evaluations) break;
+    best = std::max(best, p.throughput_iters_per_s);
+  }
+  return best;
+}
+
+// The runs of one composition, in planner order.
+std::vector<const BenchRun*> RunsOf(const BenchResults& r, int scenario,
+                                    int composition) {
+  std::vector<const BenchRun*> runs;
+  for (const BenchRun& run : r.runs) {
+    if (run.scenario == scenario && run.composition == composition) {
+      runs.push_back(&run);
+    }
+  }
+  return runs;
+}
+
+void AppendCompareTable(const BenchResults& r, int si, std::string* md) {
+  const Scenario& s = r.scenarios[si];
+  const std::vector<std::string>& planners = r.options.planners;
+  absl::StrAppend(md, "| composition | GPUs |");
+  for (const std::string& p : planners) absl::StrAppend(md, " ", p, " |");
+  absl::StrAppend(md, " best | best iter/s |\n|---|---:|");
+  for (size_t i = 0; i < planners.size(); ++i) absl::StrAppend(md, "---:|");
+  absl::StrAppend(md, "---|---:|\n");
+  for (int ci = 0; ci < static_cast<int>(s.compositions.size()); ++ci) {
+    const std::vector<const BenchRun*> runs = RunsOf(r, si, ci);
+    const BenchRun* best = nullptr;
+    for (const BenchRun* run : runs) {
+      if (run->status == RunStatus::kOk &&
+          (best == nullptr || run->prediction.throughput_iters_per_s >
+                                  best->prediction.throughput_iters_per_s)) {
+        best = run;
+      }
+    }
+    absl::StrAppend(md, "| ", MdCell(s.compositions[ci].label), " | ",
+                    s.compositions[ci].gpus, " |");
+    for (const BenchRun* run : runs) {
+      const std::string time = Seconds(run->planning_time_s);
+      if (run->status == RunStatus::kOk) {
+        const double rel = run->prediction.throughput_iters_per_s /
+                           best->prediction.throughput_iters_per_s;
+        const std::string cell = absl::StrFormat("%.3f", rel);
+        absl::StrAppend(md, " ", run == best ? "**" + cell + "**" : cell,
+                        " (", time, ") |");
+      } else {
+        absl::StrAppend(md, " ", RunStatusName(run->status), " (", time,
+                        ") |");
+      }
+    }
+    if (best == nullptr) {
+      absl::StrAppend(md, " none | - |\n");
+    } else {
+      absl::StrAppend(md, " ", best->planner, " | ",
+                      absl::StrFormat("%.4f",
+                                      best->prediction.throughput_iters_per_s),
+                      " |\n");
+    }
+  }
+}
+
+void AppendCurveTable(const BenchResults& r, int si, std::string* md) {
+  const Scenario& s = r.scenarios[si];
+  for (int ci = 0; ci < static_cast<int>(s.compositions.size()); ++ci) {
+    const std::vector<const BenchRun*> runs = RunsOf(r, si, ci);
+    int64_t most = 1;
+    for (const BenchRun* run : runs) most = std::max(most, run->stats.evaluations);
+    std::vector<int64_t> checkpoints;
+    for (int64_t n = 1; n <= most; n *= 10) checkpoints.push_back(n);
+    absl::StrAppendFormat(
+        md,
+        "\nBest-so-far throughput (iter/s) after N plan evaluations, %s:\n\n"
+        "| planner |",
+        MdCell(s.compositions[ci].label));
+    for (int64_t n : checkpoints) absl::StrAppend(md, " ", n, " |");
+    absl::StrAppend(md, " evaluations |\n|---|");
+    for (size_t i = 0; i <= checkpoints.size(); ++i) absl::StrAppend(md, "---:|");
+    absl::StrAppend(md, "\n");
+    for (const BenchRun* run : runs) {
+      absl::StrAppend(md, "| ", run->planner, " |");
+      for (int64_t n : checkpoints) {
+        const double best = run->status == RunStatus::kOk &&
+                                    n <= run->stats.evaluations
+                                ? BestAfter(run->stats.progress, n)
+                                : 0;
+        absl::StrAppend(md, " ",
+                        best > 0 ? absl::StrFormat("%.4f", best) : "-", " |");
+      }
+      absl::StrAppend(md, " ", run->stats.evaluations, " |\n");
+    }
+  }
+}
+
+void AppendScatterTable(const BenchResults& r, int si, std::string* md) {
+  const Scenario& s = r.scenarios[si];
+  for (int ci = 0; ci < static_cast<int>(s.compositions.size()); ++ci) {
+    std::vector<double> sampled;
+    for (const BenchSample& x : r.samples) {
+      if (x.scenario == si && x.composition == ci) {
+        sampled.push_back(x.throughput_iters_per_s);
+      }
+    }
+    const std::vector<const BenchRun*> runs = RunsOf(r, si, ci);
+    double best = sampled.empty()
+                      ? 0
+                      : *std::max_element(sampled.begin(), sampled.end());
+    for (const BenchRun* run : runs) {
+      if (run->status == RunStatus::kOk) {
+        best = std::max(best, run->prediction.throughput_iters_per_s);
+      }
+    }
+    absl::StrAppendFormat(
+        md,
+        "\n%s: %d of %d random plan structures feasible. Throughput relative "
+        "to the best plan found (samples and planners):\n\n"
+        "| planner | relative throughput | pipeline depth | samples it beats "
+        "|\n|---|---:|---:|---:|\n",
+        MdCell(s.compositions[ci].label), sampled.size(), s.samples);
+    for (const BenchRun* run : runs) {
+      if (run->status != RunStatus::kOk) {
+        absl::StrAppend(md, "| ", run->planner, " | ",
+                        RunStatusName(run->status), " | - | - |\n");
+        continue;
+      }
+      const double t = run->prediction.throughput_iters_per_s;
+      const int64_t beaten =
+          std::count_if(sampled.begin(), sampled.end(),
+                        [t](double x) { return x < t; });
+      absl::StrAppendFormat(
+          md, "| %s | %.3f | %d | %s |\n", run->planner, best > 0 ? t / best : 0,
+          run->max_depth,
+          sampled.empty() ? std::string("-")
+                          : absl::StrFormat("%.1f%%", 100.0 * beaten /
+                                                          sampled.size()));
+    }
+  }
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  f.close();
+  if (!f) {
+    return absl::PermissionDeniedError(absl::StrCat("--out: cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+std::string ShellQuote(const std::string& s) {
+  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
+}
+
+}  // namespace
+
+const char* RunStatusName(RunStatus status) {
+  switch (status) {
+    case RunStatus::kOk:
+      return "ok";
+    case RunStatus::kNoPlan:
+      return "no_plan";
+    case RunStatus::kError:
+      return "error";
+  }
+  return "error";
+}
+
+std::string PlanSummary(const Plan& plan, const GpuCatalog& catalog) {
+  std::vector<std::string> templates;
+  for (size_t i = 0; i < plan.templates.size(); ++i) {
+    const Template& t = plan.templates[i];
+    std::vector<std::string> stages;
+    for (const Stage& s : t.stages) {
+      std::string stage = absl::StrCat(catalog.type(s.gpu_type).id, " tp", s.tp);
+      if (!(s.tiling == ExpertTiling{})) {
+        absl::StrAppend(&stage, " ep", s.tiling.ep, "/etp", s.tiling.etp,
+                        "/edp", s.tiling.edp);
+      }
+      absl::StrAppend(&stage, " L", s.layer_begin, "-", s.layer_end);
+      stages.push_back(std::move(stage));
+    }
+    templates.push_back(absl::StrCat("T", i + 1, ": ", t.replicas, "x mbs",
+                                     t.micro_batch_size, " [",
+                                     absl::StrJoin(stages, " > "), "]"));
+  }
+  return absl::StrJoin(templates, "; ");
+}
+
+absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
+                                      std::ostream& log) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  BenchResults results;
+  results.options = options;
+  absl::StatusOr<std::vector<std::string>> planners =
+      ResolvePlanners(options.planners);
+  if (!planners.ok()) return planners.status();
+  results.options.planners = *planners;
+  if (results.options.jobs == 0) {
+    results.options.jobs =
+        std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }
+  const int jobs = results.options.jobs;
+
+  absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(options.profiles_dir);
+  if (!catalog.ok()) return catalog.status();
+  absl::StatusOr<std::vector<Scenario>> scenarios = LoadScenarioSuite(
+      options.suite_dir, options.scenario_patterns, *catalog,
+      options.profiles_dir);
+  if (!scenarios.ok()) return scenarios.status();
+  results.scenarios = *std::move(scenarios);
+
+  // One context per composition, built in parallel (profile synthesis is the
+  // slow part).
+  struct CompositionRef {
+    int scenario;
+    int composition;
+  };
+  std::vector<CompositionRef> compositions;
+  for (int s = 0; s < static_cast<int>(results.scenarios.size()); ++s) {
+    for (int c = 0;
+         c < static_cast<int>(results.scenarios[s].compositions.size()); ++c) {
+      compositions.push_back({s, c});
+    }
+  }
+  std::vector<std::unique_ptr<PlanningContext>> contexts(compositions.size());
+  std::vector<absl::Status> context_errors(compositions.size());
+  ParallelFor(static_cast<int>(compositions.size()), jobs, [&](int i) {
+    const Scenario& s = results.scenarios[compositions[i].scenario];
+    const Composition& c = s.compositions[compositions[i].composition];
+    absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
+        PlanningContext::Create(*catalog, s.model_spec, s.training, c.cluster,
+                                options.profiles_dir);
+    if (ctx.ok()) {
+      contexts[i] = *std::move(ctx);
+    } else {
+      context_errors[i] = absl::Status(
+          ctx.status().code(),
+          absl::StrCat(s.source, ": compositions[", compositions[i].composition,
+                       "] (", c.label, "): ", ctx.status().message()));
+    }
+  });
+  for (const absl::Status& s : context_errors) {
+    if (!s.ok()) return s;
+  }
+
+  // Every planner on every composition, scenario-major.
+  const int num_planners = static_cast<int>(results.options.planners.size());
+  results.runs.resize(compositions.size() * num_planners);
+  for (size_t i = 0; i < compositions.size(); ++i) {
+    for (int p = 0; p < num_planners; ++p) {
+      BenchRun& run = results.runs[i * num_planners + p];
+      run.scenario = compositions[i].scenario;
+      run.composition = compositions[i].composition;
+      run.planner = results.options.planners[p];
+    }
+  }
+  std::mutex log_mu;
+  int done = 0;
+  const int total = static_cast<int>(results.runs.size());
+  log << absl::StrFormat(
+      "bench: %d scenarios, %d compositions, %d planners: %d runs on %d "
+      "threads, budget %s per run\n",
+      results.scenarios.size(), compositions.size(), num_planners, total,
+      jobs, Seconds(options.budget_s));
+  const absl::Time bench_start = absl::Now();
+  ParallelFor(total, jobs, [&](int i) {
+    BenchRun& run = results.runs[i];
+    const Scenario& s = results.scenarios[run.scenario];
+    const Composition& c = s.compositions[run.composition];
+    const CostModel& cm = contexts[i / num_planners]->cost_model();
+    PlannerOptions po;
+    po.budget = absl::Seconds(options.budget_s);
+    po.max_evaluations = options.max_evaluations;
+    if (s.kind == ScenarioKind::kSearchCurve && s.max_evaluations > 0) {
+      po.max_evaluations = s.max_evaluations;
+    }
+    po.max_depth = options.max_depth;
+    po.max_templates = options.max_templates;
+    po.seed = options.seed;
+    absl::StatusOr<std::unique_ptr<Planner>> planner = MakePlanner(run.planner);
+    const absl::Time start = absl::Now();
+    absl::StatusOr<PlanResult> result =
+        planner.ok() ? (*planner)->Run(cm, po)
+                     : absl::StatusOr<PlanResult>(planner.status());
+    run.planning_time_s = absl::ToDoubleSeconds(absl::Now() - start);
+    if (result.ok()) {
+      // A baseline's plan is scored only if it is one the cost model
+      // accepts; anything else is a planner bug, reported as such.
+      if (absl::Status v = ValidatePlan(result->plan, cm); !v.ok()) {
+        run.status = RunStatus::kError;
+        run.message = absl::StrCat("returned plan fails validation: ",
+                                   v.message());
+      } else {
+        run.status = RunStatus::kOk;
+        run.prediction = result->prediction;
+        run.gpus_used = result->plan.used_gpus();
+        run.max_depth = DeepestTemplate(result->plan);
+        run.templates = static_cast<int>(result->plan.templates.size());
+        run.plan_summary = PlanSummary(result->plan, cm.catalog());
+      }
+      run.stats = std::move(result->stats);
+    } else {
+      run.status = result.status().code() ==
+                           absl::StatusCode::kFailedPrecondition
+                       ? RunStatus::kNoPlan
+                       : RunStatus::kError;
+      run.message = std::string(result.status().message());
+    }
+    std::lock_guard<std::mutex> lock(log_mu);
+    ++done;
+    std::string outcome =
+        run.status == RunStatus::kOk
+            ? absl::StrFormat("%.4f iter/s", run.prediction.throughput_iters_per_s)
+            : absl::StrCat(RunStatusName(run.status), ": ", run.message);
+    log << absl::StrFormat("[%*d/%d] %s | %s | %s: %s (%s, %d evaluations)\n",
+                           static_cast<int>(absl::StrCat(total).size()), done,
+                           total, s.name, c.label, run.planner, outcome,
+                           Seconds(run.planning_time_s), run.stats.evaluations);
+    log.flush();
+  });
+  results.wall_s = absl::ToDoubleSeconds(absl::Now() - bench_start);
+  return results;
+}
+
+std::string ResultsCsv(const BenchResults& r) {
+  std::string csv =
+      "scenario,figure,kind,model,composition,gpus,planner,status,"
+      "throughput_iters_per_s,tokens_per_s,iteration_time_s,planning_time_s,"
+      "evaluations,exhaustive,gpus_used,max_depth,templates,plan,message\n";
+  for (const BenchRun& run : r.runs) {
+    const Scenario& s = r.scenarios[run.scenario];
+    const Composition& c = s.compositions[run.composition];
+    const bool ok = run.status == RunStatus::kOk;
+    const std::vector<std::string> fields = {
+        CsvField(s.name),
+        CsvField(s.figure),
+        std::string(ScenarioKindName(s.kind)),
+        CsvField(s.model),
+        CsvField(c.label),
+        absl::StrCat(c.gpus),
+        run.planner,
+        RunStatusName(run.status),
+        ok ? Num(run.prediction.throughput_iters_per_s) : "",
+        ok ? Num(run.prediction.tokens_per_s) : "",
+        ok ? Num(run.prediction.iteration_time_s) : "",
+        Num(run.planning_time_s),
+        absl::StrCat(run.stats.evaluations),
+        run.stats.exhaustive ? "true" : "false",
+        ok ? absl::StrCat(run.gpus_used) : "",
+        ok ? absl::StrCat(run.max_depth) : "",
+        ok ? absl::StrCat(run.templates) : "",
+        CsvField(run.plan_summary),
+        CsvField(run.message)};
+    absl::StrAppend(&csv, absl::StrJoin(fields, ","), "\n");
+  }
+  return csv;
+}
+
+std::string ProgressCsv(const BenchResults& r) {
+  std::string csv =
+      "scenario,figure,composition,gpus,planner,evaluations,wall_s,"
+      "best_throughput_iters_per_s\n";
+  for (const BenchRun& run : r.runs) {
+    const Scenario& s = r.scenarios[run.scenario];
+    if (s.kind != ScenarioKind::kSearchCurve || run.status != RunStatus::kOk) {
+      continue;
+    }
+    const Composition& c = s.compositions[run.composition];
+    const std::string prefix =
+        absl::StrCat(CsvField(s.name), ",", CsvField(s.figure), ",",
+                     CsvField(c.label), ",", c.gpus, ",", run.planner, ",");
+    double best = 0;
+    for (const ProgressPoint& p : run.stats.progress) {
+      best = std::max(best, p.throughput_iters_per_s);
+      absl::StrAppend(&csv, prefix, p.evaluations, ",", Num(p.wall_s), ",",
+                      Num(best), "\n");
+    }
+    // Close the curve where the search stopped, so a plot draws the plateau
+    // out to the evaluations actually spent.
+    if (run.stats.progress.empty() ||
+        run.stats.progress.back().evaluations < run.stats.evaluations) {
+      absl::StrAppend(&csv, prefix, run.stats.evaluations, ",",
+                      Num(run.stats.wall_s), ",",
+                      Num(std::max(best, run.prediction.throughput_iters_per_s)),
+                      "\n");
+    }
+  }
+  return csv;
+}
+
+std::string SamplesCsv(const BenchResults& r) {
+  std::string csv =
+      "scenario,figure,model,composition,gpus,max_depth,templates,"
+      "throughput_iters_per_s\n";
+  for (const BenchSample& x : r.samples) {
+    const Scenario& s = r.scenarios[x.scenario];
+    const Composition& c = s.compositions[x.composition];
+    absl::StrAppend(&csv, CsvField(s.name), ",", CsvField(s.figure), ",",
+                    CsvField(s.model), ",", CsvField(c.label), ",", c.gpus,
+                    ",", x.max_depth, ",", x.templates, ",",
+                    Num(x.throughput_iters_per_s), "\n");
+  }
+  return csv;
+}
+
+std::string ResultsMarkdown(const BenchResults& r) {
+  const BenchOptions& o = r.options;
+  std::string md = absl::StrFormat(
+      "# Arachne bench results\n\n"
+      "Planners: %s. Budget %s per run%s, max depth %d, at most %d "
+      "templates, seed %d; %d threads, %s in all.\n\n"
+      "Each cell is the plan's throughput relative to the best planner on "
+      "that composition (**1.000** = best), with the planning time in "
+      "parentheses; `no_plan` means the planner found no plan that fits, "
+      "`error` that it failed (see results.csv).\n",
+      absl::StrJoin(o.planners, ", "), Seconds(o.budget_s),
+      o.max_evaluations > 0
+          ? absl::StrCat(", at most ", o.max_evaluations, " evaluations")
+          : "",
+      o.max_depth, o.max_templates, o.seed, o.jobs, Seconds(r.wall_s));
+  std::map<std::string, std::vector<int>, decltype(&FigureLess)> by_figure(
+      &FigureLess);
+  for (int i = 0; i < static_cast<int>(r.scenarios.size()); ++i) {
+    by_figure[FigureOf(r.scenarios[i].figure)].push_back(i);
+  }
+  for (const auto& [figure, indices] : by_figure) {
+    const bool numbered = absl::ascii_isdigit(figure[0]);
+    absl::StrAppend(&md, "\n## ", numbered ? "Figure " : "", figure, "\n");
+    for (int si : indices) {
+      const Scenario& s = r.scenarios[si];
+      absl::StrAppendFormat(&md, "\n### %s: %s (%s)\n\n%s%s",
+                            PanelTitle(s.figure), s.name, s.model,
+                            s.description,
+                            s.description.empty() ? "" : "\n\n");
+      AppendCompareTable(r, si, &md);
+      if (s.kind == ScenarioKind::kSearchCurve) AppendCurveTable(r, si, &md);
+      if (s.kind == ScenarioKind::kScatter) AppendScatterTable(r, si, &md);
+    }
+  }
+  return md;
+}
+
+absl::Status WriteBenchOutputs(const BenchResults& results,
+                               const std::string& out_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--out: cannot create ", out_dir, ": ", ec.message()));
+  }
+  const std::filesystem::path dir(out_dir);
+  if (absl::Status s =
+          WriteFile((dir / "results.csv").string(), ResultsCsv(results));
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          WriteFile((dir / "results.md").string(), ResultsMarkdown(results));
+      !s.ok()) {
+    return s;
+  }
+  bool curves = false, scatter = false;
+  for (const Scenario& s : results.scenarios) {
+    curves |= s.kind == ScenarioKind::kSearchCurve;
+    scatter |= s.kind == ScenarioKind::kScatter;
+  }
+  if (curves) {
+    if (absl::Status s =
+            WriteFile((dir / "progress.csv").string(), ProgressCsv(results));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (scatter) {
+    if (absl::Status s = WriteFile((dir / "fig4_samples.csv").string(),
+                                   SamplesCsv(results));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool DrawPlots(const std::string& plot_script, const std::string& out_dir,
+               std::ostream& log) {
+  const std::string later = absl::StrCat(
+      "python3 ", ShellQuote(plot_script.empty() ? "bench/plot_results.py"
+                                                 : plot_script),
+      " ", ShellQuote(out_dir));
+  std::error_code ec;
+  if (plot_script.empty() ||
+      !std::filesystem::is_regular_file(plot_script, ec)) {
+    log << "bench: plots skipped: plot script "
+        << (plot_script.empty() ? std::string("(none)") : plot_script)
+        << " not found; draw them with: " << later << "\n";
+    return false;
+  }
+  // The first python3 on PATH may be a private one (pyenv, a venv) without
+  // Debian's python3-matplotlib, which only the system interpreter sees.
+  std::string python;
+  for (const char* candidate : {"python3", "/usr/bin/python3"}) {
+    const std::string probe = absl::StrCat(
+        candidate, " -c 'import matplotlib' >/dev/null 2>&1");
+    if (std::system(probe.c_str()) == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (python.empty()) {
+    log << "bench: plots skipped: no python3 with matplotlib (install "
+           "python3-matplotlib, e.g. with scripts/setup); the CSV and "
+           "Markdown results are written. Draw the plots later with: "
+        << later << "\n";
+    return false;
+  }
+  const std::string command = absl::StrCat(python, " ", ShellQuote(plot_script),
+                                           " ", ShellQuote(out_dir));
+  log << "bench: drawing plots: " << command << "\n";
+  log.flush();
+  const int rc = std::system(command.c_str());
+  if (rc != 0) {
+    log << "bench: plotting failed (exit status " << rc
+        << "); the CSV and Markdown results are written\n";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace arachne

@@ -1,0 +1,120 @@
+// `arachne bench`: runs planners over the scenario suite (bench/scenarios/)
+// and writes the results the paper's evaluation figures are drawn from.
+//
+// One PlanningContext (and so one CostModel) is built per composition and
+// shared read-only by the planner runs on it: CostModel's methods are const
+// and keep no caches, so concurrent runs on one model are safe. Each run gets
+// its own Planner instance. Runs execute on a pool of `jobs` threads.
+//
+// Outputs (WriteBenchOutputs), all in the output directory:
+//   results.csv       one row per (scenario, composition, planner) run
+//   results.md        a table per scenario, grouped by figure, throughput
+//                     normalised to the best planner of each composition
+//   progress.csv      search_curve scenarios: best-so-far throughput after
+//                     each improvement (Figure 11)
+//   fig4_samples.csv  scatter scenarios: random plan structures (Figure 4)
+// and, when python3 with matplotlib is available, the PNG plots that
+// bench/plot_results.py draws from those files.
+#ifndef ARACHNE_PLANNER_SERVICE_CLI_BENCH_RUNNER_H_
+#define ARACHNE_PLANNER_SERVICE_CLI_BENCH_RUNNER_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/plan.h"
+#include "planner_service/core/planner.h"
+#include "planner_service/io/scenario_io.h"
+
+namespace arachne {
+
+struct BenchOptions {
+  std::string suite_dir;
+  // Shell globs over scenario names; empty: every scenario of the suite.
+  std::vector<std::string> scenario_patterns;
+  // Planner names; empty: every registered planner (PlannerNames()).
+  std::vector<std::string> planners;
+  double budget_s = 60;         // per planner run
+  int64_t max_evaluations = 0;  // per planner run; 0: no limit
+  int max_depth = 16;
+  int max_templates = 3;
+  uint64_t seed = 1;
+  int jobs = 0;  // worker threads; 0: the machine's hardware threads
+  std::string profiles_dir;  // "" = the data built into the binary
+};
+
+enum class RunStatus { kOk, kNoPlan, kError };
+// "ok", "no_plan", "error".
+const char* RunStatusName(RunStatus status);
+
+// One planner on one composition.
+struct BenchRun {
+  int scenario = 0;     // index into BenchResults::scenarios
+  int composition = 0;  // index into that scenario's compositions
+  std::string planner;
+  RunStatus status = RunStatus::kError;
+  std::string message;  // why, when not ok
+  double planning_time_s = 0;  // wall time of Planner::Run
+  // Set when ok:
+  Prediction prediction;
+  PlannerStats stats;
+  int gpus_used = 0;
+  int max_depth = 0;  // deepest template
+  int templates = 0;
+  std::string plan_summary;
+};
+
+// One random plan structure of a scatter scenario (Figure 4).
+struct BenchSample {
+  int scenario = 0;
+  int composition = 0;
+  int max_depth = 0;
+  int templates = 0;
+  double throughput_iters_per_s = 0;
+};
+
+struct BenchResults {
+  BenchOptions options;  // as run (planners and jobs resolved)
+  std::vector<Scenario> scenarios;
+  std::vector<BenchRun> runs;  // scenario, composition, planner order
+  std::vector<BenchSample> samples;
+  double wall_s = 0;
+};
+
+// Loads the suite and runs it. Progress lines go to `log` as runs finish.
+// InvalidArgument / NotFound for bad options or scenario files (the message
+// names the flag, file, field and value); a planner's own failure is
+// recorded in its BenchRun, not returned.
+absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
+                                      std::ostream& log);
+
+// "T1: 12x mbs4 [A100-40GB tp4 L0-3 > H100-80GB tp2 L3-32]; T2: ...": each
+// template's replicas, micro-batch size and stages in pipeline order, with
+// `ep/etp/edp` where a stage's expert tiling is not all 1.
+std::string PlanSummary(const Plan& plan, const GpuCatalog& catalog);
+
+// The file contents, for tests and WriteBenchOutputs.
+std::string ResultsCsv(const BenchResults& results);
+std::string ResultsMarkdown(const BenchResults& results);
+std::string ProgressCsv(const BenchResults& results);
+std::string SamplesCsv(const BenchResults& results);
+
+// Writes results.csv and results.md, plus progress.csv / fig4_samples.csv
+// when the suite has search_curve / scatter scenarios, into `out_dir`
+// (created). PermissionDenied naming the path when a file cannot be written.
+absl::Status WriteBenchOutputs(const BenchResults& results,
+                               const std::string& out_dir);
+
+// Runs `python3 <plot_script> <out_dir>` when python3 can import matplotlib.
+// Returns true when the plots were drawn; otherwise says on `log` why they
+// were skipped and the command that draws them later. Never fails the bench.
+bool DrawPlots(const std::string& plot_script, const std::string& out_dir,
+               std::ostream& log);
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_CLI_BENCH_RUNNER_H_

@@ -1,0 +1,259 @@
+// `arachne bench`: an end-to-end run over the tiny suite in test/data/bench
+// (exact planner, a few hundred evaluations), the files it writes, the
+// markdown normalisation, the plan summary, and the errors for bad input.
+#include "planner_service/cli/bench_runner.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner_service/cli/cli.h"
+#include "planner_service/io/gpu_catalog_io.h"
+
+namespace arachne {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+struct CliRun {
+  int code;
+  std::string out, err;
+};
+
+CliRun Cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "arachne");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string TinySuite() {
+  return std::string(ARACHNE_SOURCE_DIR) + "/test/data/bench";
+}
+
+std::filesystem::path TempDir(const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("arachne_bench_test_" + name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+constexpr char kResultsHeader[] =
+    "scenario,figure,kind,model,composition,gpus,planner,status,"
+    "throughput_iters_per_s,tokens_per_s,iteration_time_s,planning_time_s,"
+    "evaluations,exhaustive,gpus_used,max_depth,templates,plan,message";
+
+TEST(BenchCommandTest, TinySuiteWritesResultsForEveryRun) {
+  const std::filesystem::path out = TempDir("tiny");
+  CliRun r = Cli({"bench", "--suite", TinySuite(), "--planners", "exact",
+                  "--max-evaluations", "500", "--jobs", "2", "--out",
+                  out.string(), "--no-plots"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("bench: 4 runs (3 ok, 1 no plan, 0 error)"));
+  EXPECT_THAT(r.err, HasSubstr("bench: 3 scenarios, 4 compositions, 1 "
+                               "planners: 4 runs on 2 threads"));
+  EXPECT_THAT(r.err, HasSubstr("/4] tiny-compare | A100 node (4 GPUs) | "
+                               "exact: "));
+  EXPECT_THAT(r.err, HasSubstr("plots skipped (--no-plots)"));
+
+  const std::vector<std::string> csv = Lines(ReadFile(out / "results.csv"));
+  ASSERT_EQ(csv.size(), 5u);
+  EXPECT_EQ(csv[0], kResultsHeader);
+  // Scenarios in file-name order, compositions in file order.
+  EXPECT_THAT(csv[1], StartsWith("tiny-compare,7a,compare,llama3-8b,"
+                                 "A100 node (4 GPUs),4,exact,ok,"));
+  EXPECT_THAT(csv[2], StartsWith("tiny-compare,7a,compare,llama3-8b,"
+                                 "A100 + A6000 (8 GPUs),8,exact,ok,"));
+  EXPECT_THAT(csv[3], StartsWith("tiny-curve,11,search_curve,llama3-8b,"
+                                 "A100 + A6000 (8 GPUs),8,exact,ok,"));
+  EXPECT_THAT(csv[4], StartsWith("tiny-nofit,9a,compare,qwen3-32b,"
+                                 "2 A5000 (2 GPUs),2,exact,no_plan,,,,"));
+  EXPECT_THAT(csv[4], HasSubstr("no plan fits qwen3-32b"));
+  // The 4-GPU run's plan uses the node's GPUs and is summarised.
+  EXPECT_THAT(csv[1], HasSubstr(",T1: "));
+  EXPECT_THAT(csv[1], HasSubstr("A100-40GB tp"));
+  // The search curve stops at its own max_evaluations (300), the others at
+  // the flag's 500 (or earlier when the space is exhausted).
+  const std::vector<std::string> curve_fields = absl::StrSplit(csv[3], ',');
+  EXPECT_LE(std::stoll(curve_fields[12]), 300 + 16);
+
+  const std::string md = ReadFile(out / "results.md");
+  EXPECT_THAT(md, HasSubstr("## Figure 7\n"));
+  EXPECT_THAT(md, HasSubstr("### Figure 7(a): tiny-compare (llama3-8b)"));
+  EXPECT_THAT(md, HasSubstr("| composition | GPUs | exact | best | best iter/s |"));
+  EXPECT_THAT(md, HasSubstr("| A100 node (4 GPUs) | 4 | **1.000** ("));
+  EXPECT_THAT(md, HasSubstr("| 2 A5000 (2 GPUs) | 2 | no_plan ("));
+  EXPECT_THAT(md, HasSubstr("Best-so-far throughput (iter/s) after N plan "
+                            "evaluations"));
+
+  const std::vector<std::string> progress =
+      Lines(ReadFile(out / "progress.csv"));
+  ASSERT_GE(progress.size(), 2u);
+  EXPECT_EQ(progress[0],
+            "scenario,figure,composition,gpus,planner,evaluations,wall_s,"
+            "best_throughput_iters_per_s");
+  for (size_t i = 1; i < progress.size(); ++i) {
+    EXPECT_THAT(progress[i],
+                StartsWith("tiny-curve,11,A100 + A6000 (8 GPUs),8,exact,"));
+  }
+  // No scatter scenario, so no samples file.
+  EXPECT_FALSE(std::filesystem::exists(out / "fig4_samples.csv"));
+  std::filesystem::remove_all(out);
+}
+
+TEST(BenchCommandTest, ScenarioFilterRunsOnlyTheMatchingScenarios) {
+  const std::filesystem::path out = TempDir("filter");
+  CliRun r = Cli({"bench", "--suite", TinySuite(), "--scenarios",
+                  "tiny-n*,tiny-curve", "--planners", "EXACT",
+                  "--max-evaluations", "100", "--out", out.string(),
+                  "--no-plots"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<std::string> csv = Lines(ReadFile(out / "results.csv"));
+  ASSERT_EQ(csv.size(), 3u);
+  EXPECT_THAT(csv[1], StartsWith("tiny-curve,"));
+  EXPECT_THAT(csv[2], StartsWith("tiny-nofit,"));
+  std::filesystem::remove_all(out);
+}
+
+TEST(BenchCommandTest, BadInputExitsTwoNamingTheFlagFileOrField) {
+  const std::string out = TempDir("bad").string();
+  CliRun r = Cli({"bench", "--suite", "/nonexistent/suite", "--out", out});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err, "error: --suite: /nonexistent/suite is not a directory\n");
+
+  r = Cli({"bench", "--suite", TinySuite(), "--planners", "exact,magic",
+           "--out", out});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_THAT(r.err, StartsWith("error: --planners: unknown planner \"magic\"; "
+                                "known: exact"));
+
+  r = Cli({"bench", "--suite", TinySuite(), "--planners", "exact,exact",
+           "--out", out});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err, "error: --planners: \"exact\" is listed twice\n");
+
+  r = Cli({"bench", "--suite", TinySuite(), "--budget", "0", "--out", out});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err, "error: --budget: must be > 0 seconds, got 0\n");
+
+  r = Cli({"bench", "--suite", TinySuite(), "--scenarios", "fig01*", "--out",
+           out});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_THAT(r.err, HasSubstr("error: --scenarios: \"fig01*\" matches no "
+                               "scenario in "));
+
+  const std::filesystem::path suite = TempDir("bad_suite");
+  std::filesystem::create_directories(suite);
+  std::ofstream(suite / "broken.yaml")
+      << "name: broken\nfigure: \"1\"\nkind: compare\nmodel: llama3-8b\n"
+         "compositions:\n  - {label: a, gpus: 4, cluster: {nodes: [{name: n, "
+         "gpu: A6000, gpus: four}]}}\n";
+  r = Cli({"bench", "--suite", suite.string(), "--out", out});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err, "error: " + (suite / "broken.yaml").string() +
+                       ": compositions[0].cluster: nodes[0].gpus: must be an "
+                       "integer > 0, got \"four\"\n");
+  EXPECT_FALSE(std::filesystem::exists(out));
+  std::filesystem::remove_all(suite);
+}
+
+// A hand-made result set: the markdown normalises each composition to its
+// best planner and marks the winner.
+TEST(BenchOutputTest, MarkdownNormalisesToTheBestPlannerOfEachComposition) {
+  BenchResults results;
+  results.options.planners = {"exact", "random"};
+  results.options.jobs = 1;
+  Scenario s;
+  s.name = "demo";
+  s.figure = "10b";
+  s.model = "qwen3-64b";
+  s.description = "two planners";
+  Composition c;
+  c.label = "64+64 (128 GPUs)";
+  c.gpus = 128;
+  s.compositions = {c};
+  results.scenarios = {s};
+  BenchRun exact;
+  exact.planner = "exact";
+  exact.status = RunStatus::kOk;
+  exact.prediction.throughput_iters_per_s = 0.2;
+  exact.planning_time_s = 1.5;
+  BenchRun random = exact;
+  random.planner = "random";
+  random.prediction.throughput_iters_per_s = 0.05;
+  random.planning_time_s = 250;
+  results.runs = {exact, random};
+
+  const std::string md = ResultsMarkdown(results);
+  EXPECT_THAT(md, HasSubstr("## Figure 10\n\n### Figure 10(b): demo "
+                            "(qwen3-64b)\n\ntwo planners\n\n"));
+  EXPECT_THAT(md, HasSubstr("| composition | GPUs | exact | random | best | "
+                            "best iter/s |\n|---|---:|---:|---:|---|---:|\n"
+                            "| 64+64 (128 GPUs) | 128 | **1.000** (1.5 s) | "
+                            "0.250 (250 s) | exact | 0.2000 |\n"));
+  const std::vector<std::string> csv = Lines(ResultsCsv(results));
+  ASSERT_EQ(csv.size(), 3u);
+  EXPECT_EQ(csv[2],
+            "demo,10b,compare,qwen3-64b,64+64 (128 GPUs),128,random,ok,0.05,0,"
+            "0,250,0,false,0,0,0,,");
+}
+
+TEST(BenchOutputTest, PlanSummaryListsTemplatesStagesAndExpertTiling) {
+  absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog();
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  Plan plan;
+  Template t;
+  t.replicas = 12;
+  t.micro_batch_size = 4;
+  Stage a;
+  a.gpu_type = *catalog->IndexOf("A100-40GB");
+  a.tp = 4;
+  a.layer_begin = 0;
+  a.layer_end = 3;
+  Stage h;
+  h.gpu_type = *catalog->IndexOf("H100");
+  h.tp = 2;
+  h.layer_begin = 3;
+  h.layer_end = 32;
+  h.tiling = ExpertTiling{4, 2, 3};
+  t.stages = {a, h};
+  plan.templates = {t};
+  t.replicas = 1;
+  t.micro_batch_size = 1;
+  t.stages = {a};
+  plan.templates.push_back(t);
+  EXPECT_EQ(PlanSummary(plan, *catalog),
+            "T1: 12x mbs4 [A100-40GB tp4 L0-3 > H100-80GB tp2 ep4/etp2/edp3 "
+            "L3-32]; T2: 1x mbs1 [A100-40GB tp4 L0-3]");
+}
+
+TEST(BenchOutputTest, PlotsAreSkippedWithAMessageWhenTheScriptIsMissing) {
+  std::ostringstream log;
+  EXPECT_FALSE(DrawPlots("/nonexistent/plot_results.py", "/tmp/out", log));
+  EXPECT_EQ(log.str(),
+            "bench: plots skipped: plot script /nonexistent/plot_results.py "
+            "not found; draw them with: python3 "
+            "'/nonexistent/plot_results.py' '/tmp/out'\n");
+}
+
+}  // namespace
+}  // namespace arachne
