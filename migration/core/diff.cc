@@ -251,10 +251,14 @@ absl::StatusOr<StateDiff> ComputeDiff(const ModelState& state,
       const ByteRange part{
           need.range.begin + need.range.size() * p / parts,
           need.range.begin + need.range.size() * (p + 1) / parts};
+      // Least loaded: busiest resource first, then the GPU's own sends (GPUs
+      // behind one NIC tie on the first), then the lower rank.
       int chosen = -1;
-      double chosen_score = 0;
+      std::pair<double, double> chosen_score;
       for (int c : best) {
-        const double score = load.ScoreIfAdded(c, need.receiver, part.size());
+        const std::pair<double, double> score = {
+            load.ScoreIfAdded(c, need.receiver, part.size()),
+            load.gpu_seconds(c)};
         if (chosen < 0 || score < chosen_score) {
           chosen = c;
           chosen_score = score;
