@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -332,8 +333,9 @@ Infeasibility CostModel::BalanceMicroBatches(Plan& plan) const {
   // Per template: steady-state time per micro-batch (max stage) and the
   // fill/drain (sum of stages), so a replica with m micro-batches takes
   // (m - 1) * max + sum.
-  std::array<double, 64> max_t{}, sum_t{};
-  if (n > 64) return Infeasibility::kBadStructure;
+  // Inline storage: no allocation for up to 64 templates (every planner but
+  // HexiScale, whose one-replica pipelines can number in the hundreds).
+  absl::InlinedVector<double, 64> max_t(n, 0.0), sum_t(n, 0.0);
   for (int j = 0; j < n; ++j) {
     const Template& t = plan.templates[j];
     const PlacementFacts f = FactsOf(t);
@@ -346,7 +348,7 @@ Infeasibility CostModel::BalanceMicroBatches(Plan& plan) const {
   }
   // Smallest time X at which the replicas, each running as many whole
   // micro-batches as fit in X, cover the batch.
-  auto capacity = [&](double x, std::array<int64_t, 64>& m) {
+  auto capacity = [&](double x, absl::InlinedVector<int64_t, 64>& m) {
     int64_t samples = 0;
     for (int j = 0; j < n; ++j) {
       const Template& t = plan.templates[j];
@@ -356,7 +358,7 @@ Infeasibility CostModel::BalanceMicroBatches(Plan& plan) const {
     }
     return samples;
   };
-  std::array<int64_t, 64> m{};
+  absl::InlinedVector<int64_t, 64> m(n, 0);
   double lo = 0, hi = 0;
   for (int j = 0; j < n; ++j) {
     const Template& t = plan.templates[j];
@@ -371,7 +373,7 @@ Infeasibility CostModel::BalanceMicroBatches(Plan& plan) const {
     }
   }
   int64_t samples = capacity(hi, m);
-  std::array<int64_t, 64> total{};
+  absl::InlinedVector<int64_t, 64> total(n, 0);
   for (int j = 0; j < n; ++j) total[j] = m[j] * plan.templates[j].replicas;
   // Give back the excess, whole micro-batches from the largest sizes first,
   // taking from the templates whose busiest replica finishes last.

@@ -6,15 +6,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "planner_service/core/plan_validation.h"
-#include "planner_service/core/planners.h"
+#include "planner_service/core/search_tracker.h"
 
 namespace arachne {
-
-const Clock& DefaultClock() {
-  static const RealClock* clock = new RealClock();
-  return *clock;
-}
 
 namespace {
 
@@ -26,9 +20,7 @@ class Search {
       : cm_(cm),
         fill_(cm),
         options_(options),
-        clock_(options.clock ? *options.clock : DefaultClock()),
-        start_(clock_.Now()),
-        deadline_(start_ + options.budget),
+        tracker_(cm, options),
         choices_(ExactPlanner::StageOptions(cm)),
         max_depth_(std::min(options.max_depth, cm.model().num_layers)) {}
 
@@ -50,28 +42,14 @@ class Search {
     // order: templates of a plan are a set).
     exhaustive_ = true;
     Enumerate(empty, pool, 0, {});
-    if (stopped_) exhaustive_ = false;
   }
 
-  bool found() const { return std::isfinite(best_time_); }
-  const Plan& best() const { return best_; }
-  int64_t evaluations() const { return evaluations_; }
-  int64_t templates_tried() const { return templates_tried_; }
+  bool found() const { return tracker_.found(); }
   bool exhaustive() const { return exhaustive_; }
-  const std::string& last_failure() const { return last_failure_; }
-  double elapsed_s() const { return absl::ToDoubleSeconds(clock_.Now() - start_); }
+  const SearchTracker& tracker() const { return tracker_; }
 
  private:
-  bool OutOfBudget() {
-    if (stopped_) return true;
-    if (options_.max_evaluations > 0 &&
-        evaluations_ >= options_.max_evaluations) {
-      stopped_ = true;
-    } else if (clock_.Now() >= deadline_) {
-      stopped_ = true;
-    }
-    return stopped_;
-  }
+  bool OutOfBudget() { return tracker_.OutOfBudget(); }
 
   // Fills `structure` on top of `so_far`; records an improvement and, when
   // `recurse`, continues with further templates on the GPUs left.
@@ -79,17 +57,14 @@ class Search {
                    const std::vector<StageChoice>& structure, int level,
                    bool recurse) {
     if (OutOfBudget()) return;
-    ++templates_tried_;
-    absl::StatusOr<FillResult> r =
-        fill_.Extend(so_far, pool, structure, &evaluations_);
+    tracker_.CountTemplate();
+    absl::StatusOr<FillResult> r = fill_.Extend(
+        so_far, pool, structure, tracker_.evaluation_counter());
     if (!r.ok()) {
-      last_failure_ = std::string(r.status().message());
+      tracker_.NoteFailure(std::string(r.status().message()));
       return;
     }
-    if (r->iteration_time_s < best_time_) {
-      best_time_ = r->iteration_time_s;
-      best_ = r->plan;
-    }
+    tracker_.Offer(r->plan, r->iteration_time_s);
     if (recurse && level + 1 < options_.max_templates &&
         r->pool.TotalFree() > 0) {
       Enumerate(r->plan, r->pool, level + 1, structure);
@@ -221,30 +196,25 @@ class Search {
   void ExtendBestGreedily(bool with_runs) {
     for (int level = 1; level < options_.max_templates && found(); ++level) {
       NodePool pool(cm_.cluster());
-      if (!pool.Take(best_).ok() || pool.TotalFree() == 0) return;
-      const Plan base = best_;
-      const double before = best_time_;
+      if (!pool.Take(tracker_.best()).ok() || pool.TotalFree() == 0) return;
+      const Plan base = tracker_.best();
+      const double before = tracker_.best_time();
       const auto try_next = [&](const std::vector<StageChoice>& s) {
         TryTemplate(base, pool, s, level, /*recurse=*/false);
       };
       ForEachUniform(pool, try_next);
       if (with_runs) ForEachTypeRuns(pool, try_next);
-      if (!(best_time_ < before)) return;
+      if (!(tracker_.best_time() < before)) return;
     }
   }
 
   const CostModel& cm_;
   AutoFill fill_;
   PlannerOptions options_;
-  const Clock& clock_;
-  absl::Time start_, deadline_;
+  SearchTracker tracker_;
   std::vector<StageChoice> choices_;
   int max_depth_;
-  Plan best_;
-  double best_time_ = kInfeasible;
-  int64_t evaluations_ = 0, templates_tried_ = 0;
-  bool stopped_ = false, exhaustive_ = false;
-  std::string last_failure_;
+  bool exhaustive_ = false;
 };
 
 }  // namespace
@@ -265,31 +235,7 @@ absl::StatusOr<PlanResult> ExactPlanner::Run(const CostModel& cm,
                                              const PlannerOptions& options) {
   Search search(cm, options);
   search.Run();
-  if (!search.found()) {
-    const std::string why = ExplainNoFit(cm);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no plan fits ", cm.model().name, " on this cluster",
-        search.last_failure().empty()
-            ? ""
-            : absl::StrCat(" (last template tried: ", search.last_failure(),
-                           ")"),
-        why.empty() ? "" : absl::StrCat("; ", why)));
-  }
-  PlanResult result;
-  result.planner = name();
-  result.plan = search.best();
-  if (absl::Status s = ValidatePlan(result.plan, cm); !s.ok()) {
-    return absl::InternalError(
-        absl::StrCat("exact planner built an invalid plan: ", s.message()));
-  }
-  absl::StatusOr<Prediction> p = cm.Predict(result.plan);
-  if (!p.ok()) return p.status();
-  result.prediction = *std::move(p);
-  result.stats.evaluations = search.evaluations();
-  result.stats.templates_tried = search.templates_tried();
-  result.stats.exhaustive = search.exhaustive();
-  result.stats.wall_s = search.elapsed_s();
-  return result;
+  return search.tracker().Finish(name(), search.exhaustive());
 }
 
 }  // namespace arachne

@@ -58,6 +58,13 @@ absl::Status NodePool::Take(const Plan& plan) {
   return absl::OkStatus();
 }
 
+void NodePool::Withhold(int node) {
+  free_by_type_[cluster_->node(node).gpu_type] -= free_count_[node];
+  total_free_ -= free_count_[node];
+  free_count_[node] = 0;
+  free_mask_[node] = 0;
+}
+
 int NodePool::LargestFreeOfType(int gpu_type) const {
   int best = 0;
   if (gpu_type < 0 || gpu_type >= static_cast<int>(nodes_by_type_.size()))

@@ -33,6 +33,10 @@ class NodePool {
   bool PlaceReplica(absl::Span<const Stage> stages,
                     std::vector<StagePlacement>* out);
 
+  // Marks every free GPU of `node` as used, so no placement goes there
+  // (a planner confined to part of the cluster withholds the rest).
+  void Withhold(int node);
+
   int FreeOfType(int gpu_type) const { return free_by_type_[gpu_type]; }
   int FreeOnNode(int node) const { return free_count_[node]; }
   int TotalFree() const { return total_free_; }

@@ -4,15 +4,29 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "planner_service/core/amp_planner.h"
+#include "planner_service/core/espresso_planner.h"
 #include "planner_service/core/exact_planner.h"
+#include "planner_service/core/hexiscale_planner.h"
+#include "planner_service/core/metis_planner.h"
+#include "planner_service/core/random_planner.h"
+#include "planner_service/core/sailor_planner.h"
 
 namespace arachne {
 
-std::vector<std::string> PlannerNames() { return {"exact"}; }
+std::vector<std::string> PlannerNames() {
+  return {"exact", "amp", "espresso", "hexiscale", "metis", "sailor", "random"};
+}
 
 absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
   if (lower == "exact") return std::make_unique<ExactPlanner>();
+  if (lower == "amp") return std::make_unique<AmpPlanner>();
+  if (lower == "espresso") return std::make_unique<EspressoPlanner>();
+  if (lower == "hexiscale") return std::make_unique<HexiScalePlanner>();
+  if (lower == "metis") return std::make_unique<MetisPlanner>();
+  if (lower == "sailor") return std::make_unique<SailorPlanner>();
+  if (lower == "random") return std::make_unique<RandomPlanner>();
   return absl::InvalidArgumentError(
       absl::StrCat("planner: unknown planner \"", name, "\"; known: ",
                    absl::StrJoin(PlannerNames(), ", ")));

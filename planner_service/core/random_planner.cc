@@ -1,0 +1,103 @@
+#include "planner_service/core/random_planner.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/random/distributions.h"
+#include "absl/random/random.h"
+#include "planner_service/core/auto_fill.h"
+#include "planner_service/core/exact_planner.h"
+#include "planner_service/core/search_tracker.h"
+
+namespace arachne {
+namespace {
+
+// A structure of `depth` stages drawn uniformly from `choices`; empty when
+// a draw asks for more GPUs of a type than `pool` has free (rejected, as a
+// uniform draw over the space must be).
+std::vector<StageChoice> DrawStructure(const std::vector<StageChoice>& choices,
+                                       int depth, const NodePool& pool,
+                                       int num_types, absl::BitGen& rng) {
+  std::vector<StageChoice> s;
+  std::vector<int> used(num_types, 0);
+  for (int i = 0; i < depth; ++i) {
+    const StageChoice& c =
+        choices[absl::Uniform<size_t>(rng, 0, choices.size())];
+    used[c.gpu_type] += c.tp;
+    if (used[c.gpu_type] > pool.FreeOfType(c.gpu_type)) return {};
+    s.push_back(c);
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<PlanResult> RandomPlanner::Run(const CostModel& cm,
+                                              const PlannerOptions& options) {
+  SearchTracker tracker(cm, options);
+  const AutoFill fill(cm);
+  const std::vector<StageChoice> choices = ExactPlanner::StageOptions(cm);
+  const int max_depth = std::min(options.max_depth, cm.model().num_layers);
+  const int max_templates = std::max(options.max_templates, 1);
+  // absl::BitGen seeded from a seed sequence is deterministic for a seed
+  // within one build, which is what reproducible runs need.
+  std::seed_seq seq{options.seed};
+  absl::BitGen rng(seq);
+  if (choices.empty()) return tracker.Finish(name(), /*exhaustive=*/false);
+  while (!tracker.OutOfBudget()) {
+    const int templates = absl::Uniform<int>(absl::IntervalClosed, rng, 1,
+                                             max_templates);
+    Plan plan;
+    NodePool pool(cm.cluster());
+    double time = kInfeasible;
+    for (int k = 0; k < templates && pool.TotalFree() > 0; ++k) {
+      const int depth =
+          absl::Uniform<int>(absl::IntervalClosed, rng, 1, max_depth);
+      const std::vector<StageChoice> s = DrawStructure(
+          choices, depth, pool, cm.catalog().size(), rng);
+      if (s.empty()) {
+        // Rejected draws still cost a (trivial) evaluation so a cluster
+        // where nothing fits cannot spin forever on an evaluation budget.
+        ++*tracker.evaluation_counter();
+        break;
+      }
+      tracker.CountTemplate();
+      absl::StatusOr<FillResult> r =
+          fill.Extend(plan, pool, s, tracker.evaluation_counter());
+      if (!r.ok()) {
+        tracker.NoteFailure(std::string(r.status().message()));
+        break;
+      }
+      plan = std::move(r->plan);
+      pool = std::move(r->pool);
+      time = r->iteration_time_s;
+    }
+    if (!plan.templates.empty()) tracker.Offer(plan, time);
+  }
+  return tracker.Finish(name(), /*exhaustive=*/false);
+}
+
+std::vector<PlanSample> SamplePlanStructures(const CostModel& cm, int count,
+                                             uint64_t seed, int max_depth) {
+  const AutoFill fill(cm);
+  const std::vector<StageChoice> choices = ExactPlanner::StageOptions(cm);
+  const int depth_limit = std::min(max_depth, cm.model().num_layers);
+  std::seed_seq seq{seed};
+  absl::BitGen rng(seq);
+  const NodePool pool(cm.cluster());
+  std::vector<PlanSample> out;
+  if (choices.empty()) return out;
+  for (int i = 0; i < count; ++i) {
+    const int depth =
+        absl::Uniform<int>(absl::IntervalClosed, rng, 1, depth_limit);
+    const std::vector<StageChoice> s =
+        DrawStructure(choices, depth, pool, cm.catalog().size(), rng);
+    if (s.empty()) continue;
+    absl::StatusOr<FillResult> r = fill.Extend(Plan{}, pool, s);
+    if (!r.ok()) continue;
+    out.push_back(PlanSample{depth, 1, 1.0 / r->iteration_time_s});
+  }
+  return out;
+}
+
+}  // namespace arachne

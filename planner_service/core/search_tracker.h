@@ -1,0 +1,70 @@
+// What every search-based planner keeps while it searches: the budget (wall
+// clock and evaluation count), the counters, the incumbent plan and its
+// progress curve, and the final validation and pricing of the result.
+#ifndef ARACHNE_PLANNER_SERVICE_CORE_SEARCH_TRACKER_H_
+#define ARACHNE_PLANNER_SERVICE_CORE_SEARCH_TRACKER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "planner_service/core/cost_model.h"
+#include "planner_service/core/planner.h"
+
+namespace arachne {
+
+class SearchTracker {
+ public:
+  // `cost_model` must outlive the tracker; the budget starts now.
+  SearchTracker(const CostModel& cost_model, const PlannerOptions& options);
+
+  // True once the wall-clock budget or the evaluation limit is spent; stays
+  // true afterwards so nested loops unwind.
+  bool OutOfBudget();
+  bool stopped() const { return stopped_; }
+
+  // The evaluation counter, for code (auto-fill) that prices plans itself.
+  int64_t* evaluation_counter() { return &evaluations_; }
+  int64_t evaluations() const { return evaluations_; }
+  void CountTemplate() { ++templates_tried_; }
+
+  // Balances the micro-batches of `plan` and prices it (one evaluation);
+  // keeps it when it beats the incumbent. Returns the iteration time, or
+  // kInfeasible with the reason in *why (when non-null).
+  double PriceAndOffer(Plan& plan, Infeasibility* why = nullptr);
+  // Keeps `plan` (balanced, priced by the caller at `iteration_time_s`) when
+  // it beats the incumbent; returns whether it did.
+  bool Offer(const Plan& plan, double iteration_time_s);
+
+  // Remembers why the latest candidate failed, for the no-plan message.
+  void NoteFailure(std::string why) { last_failure_ = std::move(why); }
+
+  bool found() const { return best_time_ < kInfeasible; }
+  const Plan& best() const { return best_; }
+  double best_time() const { return best_time_; }
+  double elapsed_s() const;
+
+  // The result of planner `name`: the incumbent validated (Internal when a
+  // planner built an invalid plan: a bug) and predicted, with statistics;
+  // FailedPrecondition saying why when nothing fits.
+  absl::StatusOr<PlanResult> Finish(const std::string& name,
+                                    bool exhaustive) const;
+
+ private:
+  const CostModel& cm_;
+  PlannerOptions options_;
+  const Clock& clock_;
+  absl::Time start_, deadline_;
+  Plan best_;
+  double best_time_ = kInfeasible;
+  int64_t evaluations_ = 0, templates_tried_ = 0;
+  bool stopped_ = false;
+  std::string last_failure_;
+  std::vector<ProgressPoint> progress_;
+};
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_CORE_SEARCH_TRACKER_H_
