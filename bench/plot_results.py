@@ -62,6 +62,16 @@ def short_time(seconds):
     return "%.0fs" % seconds
 
 
+def panel_title(figure):
+    """"7a" -> "Figure 7(a)", "11" -> "Figure 11", like the paper's captions."""
+    digits = len(figure) - len(figure.lstrip("0123456789"))
+    if digits == 0:
+        return figure
+    if digits == len(figure):
+        return "Figure " + figure
+    return "Figure %s(%s)" % (figure[:digits], figure[digits:])
+
+
 def ordered_unique(values):
     return list(collections.OrderedDict.fromkeys(values))
 
@@ -99,8 +109,8 @@ def plot_bars(scenario, rows, planners, out_dir):
     ax.set_ylabel("Throughput (iter/s)")
     ax.set_ylim(0, top * 1.35)
     first = rows[0]
-    ax.set_title("Figure %s: %s (%s)" % (first["figure"], first["model"],
-                                         scenario), fontsize=10)
+    ax.set_title("%s: %s (%s)" % (panel_title(first["figure"]),
+                                  first["model"], scenario), fontsize=10)
     ax.legend(ncol=min(n, 7), fontsize=7, loc="upper left", frameon=False)
     ax.grid(axis="y", linewidth=0.3)
     fig.tight_layout()
@@ -126,8 +136,8 @@ def plot_curve(scenario, rows, planners, out_dir):
     ax.set_xlim(1, 1e5)
     ax.set_xlabel("Candidate plans scored (plan evaluations)")
     ax.set_ylabel("Best-so-far throughput (iter/s)")
-    ax.set_title("Figure %s: %s (%s)" % (rows[0]["figure"],
-                                         rows[0]["composition"], scenario),
+    ax.set_title("%s: %s (%s)" % (panel_title(rows[0]["figure"]),
+                                  rows[0]["composition"], scenario),
                  fontsize=10)
     ax.grid(linewidth=0.3)
     ax.legend(fontsize=8, frameon=False)
@@ -159,9 +169,9 @@ def plot_scatter(scenario, samples, rows, planners, out_dir, suffix=""):
     ax.set_xlabel("Pipeline depth (deepest template)")
     ax.set_ylabel("Relative throughput")
     ax.set_ylim(0, 1.05)
-    ax.set_title("Figure %s: %s, %s (%s)" % (rows[0]["figure"],
-                                             rows[0]["model"],
-                                             rows[0]["composition"], scenario),
+    ax.set_title("%s: %s, %s (%s)" % (panel_title(rows[0]["figure"]),
+                                      rows[0]["model"],
+                                      rows[0]["composition"], scenario),
                  fontsize=10)
     ax.grid(linewidth=0.3)
     ax.legend(fontsize=7, frameon=False, loc="upper right")

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "planner_service/core/plan_validation.h"
 #include "planner_service/core/planners.h"
+#include "planner_service/core/random_planner.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/planning_context.h"
 
@@ -406,16 +407,50 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
       run.planner = results.options.planners[p];
     }
   }
+  // Scatter scenarios also draw random plan structures per composition; one
+  // job each, after the planner runs.
+  std::vector<int> sampled_compositions;
+  for (size_t i = 0; i < compositions.size(); ++i) {
+    if (results.scenarios[compositions[i].scenario].kind ==
+        ScenarioKind::kScatter) {
+      sampled_compositions.push_back(static_cast<int>(i));
+    }
+  }
+  std::vector<std::vector<PlanSample>> samples(sampled_compositions.size());
   std::mutex log_mu;
   int done = 0;
-  const int total = static_cast<int>(results.runs.size());
+  const int num_runs = static_cast<int>(results.runs.size());
+  const int total = num_runs + static_cast<int>(sampled_compositions.size());
   log << absl::StrFormat(
-      "bench: %d scenarios, %d compositions, %d planners: %d runs on %d "
+      "bench: %d scenarios, %d compositions, %d planners: %d runs%s on %d "
       "threads, budget %s per run\n",
-      results.scenarios.size(), compositions.size(), num_planners, total,
+      results.scenarios.size(), compositions.size(), num_planners, num_runs,
+      sampled_compositions.empty()
+          ? ""
+          : absl::StrCat(" + ", sampled_compositions.size(),
+                         " random-structure samplings"),
       jobs, Seconds(options.budget_s));
   const absl::Time bench_start = absl::Now();
+  const int count_width = static_cast<int>(absl::StrCat(total).size());
   ParallelFor(total, jobs, [&](int i) {
+    if (i >= num_runs) {
+      const int k = i - num_runs;
+      const CompositionRef& ref = compositions[sampled_compositions[k]];
+      const Scenario& s = results.scenarios[ref.scenario];
+      const absl::Time start = absl::Now();
+      samples[k] = SamplePlanStructures(
+          contexts[sampled_compositions[k]]->cost_model(), s.samples,
+          options.seed, options.max_depth);
+      std::lock_guard<std::mutex> lock(log_mu);
+      ++done;
+      log << absl::StrFormat(
+          "[%*d/%d] %s | %s | random structures: %d of %d feasible (%s)\n",
+          count_width, done, total, s.name,
+          s.compositions[ref.composition].label, samples[k].size(), s.samples,
+          Seconds(absl::ToDoubleSeconds(absl::Now() - start)));
+      log.flush();
+      return;
+    }
     BenchRun& run = results.runs[i];
     const Scenario& s = results.scenarios[run.scenario];
     const Composition& c = s.compositions[run.composition];
@@ -465,12 +500,20 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
             ? absl::StrFormat("%.4f iter/s", run.prediction.throughput_iters_per_s)
             : absl::StrCat(RunStatusName(run.status), ": ", run.message);
     log << absl::StrFormat("[%*d/%d] %s | %s | %s: %s (%s, %d evaluations)\n",
-                           static_cast<int>(absl::StrCat(total).size()), done,
+                           count_width, done,
                            total, s.name, c.label, run.planner, outcome,
                            Seconds(run.planning_time_s), run.stats.evaluations);
     log.flush();
   });
   results.wall_s = absl::ToDoubleSeconds(absl::Now() - bench_start);
+  for (size_t k = 0; k < sampled_compositions.size(); ++k) {
+    const CompositionRef& ref = compositions[sampled_compositions[k]];
+    for (const PlanSample& p : samples[k]) {
+      results.samples.push_back(BenchSample{ref.scenario, ref.composition,
+                                            p.max_depth, p.templates,
+                                            p.throughput_iters_per_s});
+    }
+  }
   return results;
 }
 

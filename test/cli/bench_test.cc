@@ -68,15 +68,18 @@ TEST(BenchCommandTest, TinySuiteWritesResultsForEveryRun) {
                   "--max-evaluations", "500", "--jobs", "2", "--out",
                   out.string(), "--no-plots"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("bench: 4 runs (3 ok, 1 no plan, 0 error)"));
-  EXPECT_THAT(r.err, HasSubstr("bench: 3 scenarios, 4 compositions, 1 "
-                               "planners: 4 runs on 2 threads"));
-  EXPECT_THAT(r.err, HasSubstr("/4] tiny-compare | A100 node (4 GPUs) | "
+  EXPECT_THAT(r.out, HasSubstr("bench: 5 runs (4 ok, 1 no plan, 0 error)"));
+  EXPECT_THAT(r.err, HasSubstr("bench: 4 scenarios, 5 compositions, 1 "
+                               "planners: 5 runs + 1 random-structure "
+                               "samplings on 2 threads"));
+  EXPECT_THAT(r.err, HasSubstr("/6] tiny-compare | A100 node (4 GPUs) | "
                                "exact: "));
+  EXPECT_THAT(r.err, HasSubstr("/6] tiny-scatter | A100 + A6000 (8 GPUs) | "
+                               "random structures: "));
   EXPECT_THAT(r.err, HasSubstr("plots skipped (--no-plots)"));
 
   const std::vector<std::string> csv = Lines(ReadFile(out / "results.csv"));
-  ASSERT_EQ(csv.size(), 5u);
+  ASSERT_EQ(csv.size(), 6u);
   EXPECT_EQ(csv[0], kResultsHeader);
   // Scenarios in file-name order, compositions in file order.
   EXPECT_THAT(csv[1], StartsWith("tiny-compare,7a,compare,llama3-8b,"
@@ -88,6 +91,8 @@ TEST(BenchCommandTest, TinySuiteWritesResultsForEveryRun) {
   EXPECT_THAT(csv[4], StartsWith("tiny-nofit,9a,compare,qwen3-32b,"
                                  "2 A5000 (2 GPUs),2,exact,no_plan,,,,"));
   EXPECT_THAT(csv[4], HasSubstr("no plan fits qwen3-32b"));
+  EXPECT_THAT(csv[5], StartsWith("tiny-scatter,4,scatter,llama3-8b,"
+                                 "A100 + A6000 (8 GPUs),8,exact,ok,"));
   // The 4-GPU run's plan uses the node's GPUs and is summarised.
   EXPECT_THAT(csv[1], HasSubstr(",T1: "));
   EXPECT_THAT(csv[1], HasSubstr("A100-40GB tp"));
@@ -115,8 +120,41 @@ TEST(BenchCommandTest, TinySuiteWritesResultsForEveryRun) {
     EXPECT_THAT(progress[i],
                 StartsWith("tiny-curve,11,A100 + A6000 (8 GPUs),8,exact,"));
   }
-  // No scatter scenario, so no samples file.
-  EXPECT_FALSE(std::filesystem::exists(out / "fig4_samples.csv"));
+  const std::vector<std::string> samples =
+      Lines(ReadFile(out / "fig4_samples.csv"));
+  ASSERT_GE(samples.size(), 2u);
+  EXPECT_LE(samples.size(), 201u);
+  EXPECT_EQ(samples[0],
+            "scenario,figure,model,composition,gpus,max_depth,templates,"
+            "throughput_iters_per_s");
+  for (size_t i = 1; i < samples.size(); ++i) {
+    EXPECT_THAT(samples[i], StartsWith("tiny-scatter,4,llama3-8b,"
+                                       "A100 + A6000 (8 GPUs),8,"));
+  }
+  EXPECT_THAT(md, HasSubstr("random plan structures feasible"));
+  EXPECT_THAT(md, HasSubstr("| planner | relative throughput | pipeline depth "
+                            "| samples it beats |\n|---|---:|---:|---:|\n"
+                            "| exact | "));
+  std::filesystem::remove_all(out);
+}
+
+TEST(BenchCommandTest, PlotsOneImagePerScenarioCurveAndScatter) {
+  const std::filesystem::path out = TempDir("plots");
+  CliRun r = Cli({"bench", "--suite", TinySuite(), "--planners", "exact",
+                  "--max-evaluations", "100", "--out", out.string(),
+                  "--plot-script",
+                  std::string(ARACHNE_SOURCE_DIR) + "/bench/plot_results.py"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  if (r.err.find("plots skipped: no python3 with matplotlib") !=
+      std::string::npos) {
+    GTEST_SKIP() << "python3-matplotlib is not installed";
+  }
+  EXPECT_THAT(r.out, HasSubstr("(results.csv, results.md, plots)")) << r.err;
+  for (const char* png :
+       {"tiny-compare.png", "tiny-curve.png", "tiny-curve-curve.png",
+        "tiny-nofit.png", "tiny-scatter.png", "tiny-scatter-scatter.png"}) {
+    EXPECT_GT(std::filesystem::file_size(out / png), 1000u) << png;
+  }
   std::filesystem::remove_all(out);
 }
 
