@@ -43,6 +43,35 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
   return path;
 }
 
+TEST(CliTest, EveryPlannerPrintsTheSameJsonAndAPlanEvaluateAccepts) {
+  for (const std::string planner :
+       {"exact", "amp", "espresso", "hexiscale", "metis", "sailor", "random"}) {
+    CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                    Example("a100-h100-64.yaml"), "--format", "json",
+                    "--planner", planner, "--max-evaluations", "3000"});
+    ASSERT_EQ(r.code, 0) << planner << ": " << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["planner"], planner);
+    EXPECT_GT(j["throughput_iters_per_s"].get<double>(), 0) << planner;
+    EXPECT_FALSE(j["templates"].empty()) << planner;
+    // The plan it printed is a plan file `evaluate` prices to the same time.
+    const std::string path = WriteTemp("plan_" + planner + ".json", r.out);
+    CliRun e = Cli({"evaluate", "--model", "llama3-8b", "--cluster",
+                    Example("a100-h100-64.yaml"), "--plan", path, "--format",
+                    "json"});
+    ASSERT_EQ(e.code, 0) << planner << ": " << e.err;
+    EXPECT_NEAR(nlohmann::json::parse(e.out)["iteration_time_s"].get<double>(),
+                j["iteration_time_s"].get<double>(), 1e-9)
+        << planner;
+  }
+  CliRun bad = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                    Example("small-8.yaml"), "--planner", "alpa"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("unknown planner \"alpa\"; known: exact, "
+                                 "amp, espresso, hexiscale, metis, sailor, "
+                                 "random"));
+}
+
 TEST(CliTest, PlanPrintsJsonWithTheDocumentedFields) {
   CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster", Example("small-8.yaml"),
                "--format", "json", "--budget", "30"});
