@@ -1,0 +1,32 @@
+// The transport conformance suite on Gloo over loopback TCP.
+#include "test/migration/transport_conformance.h"
+
+#ifdef ARACHNE_HAVE_GLOO
+#include "migration/gloo/gloo_transport.h"
+
+namespace arachne::migration::testing {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(Gloo, TransportConformanceTest,
+                         ::testing::Values(&MakeGlooTransportFactory));
+
+TEST(GlooFactoryTest, IsViableAndNamed) {
+  auto f = MakeGlooTransportFactory();
+  EXPECT_EQ(f->name(), "gloo");
+  EXPECT_TRUE(f->IsViable());
+}
+
+TEST(GlooFactoryTest, RejectsARankOutsideTheWorld) {
+  FileStore store(MakeTempDir());
+  auto t = MakeGlooTransportFactory()->Create({.rank = 2, .world_size = 2},
+                                              &store);
+  EXPECT_EQ(t.status(),
+            absl::InvalidArgumentError("gloo: rank 2 of world size 2"));
+}
+
+}  // namespace
+}  // namespace arachne::migration::testing
+#else
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TransportConformanceTest);
+TEST(GlooFactoryTest, NotBuilt) { GTEST_SKIP() << "built without Gloo"; }
+#endif
