@@ -1,0 +1,179 @@
+// Runs a whole migration on Gloo with the ranks as forked processes, the way
+// the worker agents will: every rank recomputes the diff and the schedule
+// from the same inputs, fills its old shards with reference content, runs
+// the executor and checks its new shards against the reference, bit for bit.
+#ifndef ARACHNE_TEST_MIGRATION_MIGRATION_HARNESS_H_
+#define ARACHNE_TEST_MIGRATION_MIGRATION_HARNESS_H_
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "migration/core/diff.h"
+#include "migration/core/executor.h"
+#include "migration/core/schedule.h"
+#include "migration/core/state_layout.h"
+#include "migration/core/store.h"
+#include "migration/core/transport.h"
+#include "planner_service/core/cluster.h"
+#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/plan.h"
+#include "test/migration/forked_ranks.h"
+
+namespace arachne::migration::testing {
+
+// Deterministic content of a tensor: byte `offset` depends only on
+// (tensor, offset), so any GPU can compute what any range must hold.
+inline uint8_t ReferenceByte(int tensor, int64_t offset) {
+  uint64_t z = (static_cast<uint64_t>(tensor) << 40) ^
+               static_cast<uint64_t>(offset / 8) ^ 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<uint8_t>(z >> (8 * (offset % 8)));
+}
+
+inline void FillReference(ShardSet& set) {
+  for (const Holding& h : set.holdings()) {
+    uint8_t* p = set.Find(h.tensor, h.range);
+    for (int64_t o = h.range.begin; o < h.range.end; ++o) {
+      p[o - h.range.begin] = ReferenceByte(h.tensor, o);
+    }
+  }
+}
+
+// OK when every byte of `set` equals the reference; else DataLoss naming
+// the first wrong byte.
+inline absl::Status CheckReference(const ModelState& state,
+                                   const ShardSet& set) {
+  for (const Holding& h : set.holdings()) {
+    const uint8_t* p = set.Find(h.tensor, h.range);
+    for (int64_t o = h.range.begin; o < h.range.end; ++o) {
+      if (p[o - h.range.begin] != ReferenceByte(h.tensor, o)) {
+        return absl::DataLossError(absl::StrCat(
+            "tensor '", state.tensor(h.tensor).name, "' byte ", o,
+            " differs from the reference"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct MigrationCase {
+  ModelSpec model;
+  GpuCatalog catalog;
+  Cluster old_cluster;
+  Plan old_plan;
+  Cluster new_cluster;
+  Plan new_plan;
+  DiffOptions diff_options;
+  ScheduleOptions schedule_options;
+};
+
+// What one rank holds under `plan` on `cluster` (empty if unused).
+inline std::vector<Holding> HoldingsOf(const PlanLayout& layout,
+                                       const GpuId& gpu) {
+  for (int g = 0; g < layout.num_gpus(); ++g) {
+    if (layout.gpus()[g] == gpu) return layout.holdings(g);
+  }
+  return {};
+}
+
+// Wraps a transport; `tamper` may change a received buffer after a round.
+class TamperingTransport : public Transport {
+ public:
+  TamperingTransport(std::unique_ptr<Transport> inner,
+                     std::function<void(const RecvOp&)> tamper)
+      : inner_(std::move(inner)), tamper_(std::move(tamper)) {}
+  std::string name() const override { return inner_->name(); }
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  MemoryKind memory() const override { return inner_->memory(); }
+  absl::Status RunRound(uint64_t tag, absl::Span<const SendOp> sends,
+                        absl::Span<const RecvOp> recvs,
+                        absl::Duration timeout) override {
+    absl::Status s = inner_->RunRound(tag, sends, recvs, timeout);
+    for (const RecvOp& r : recvs) tamper_(r);
+    return s;
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::function<void(const RecvOp&)> tamper_;
+};
+
+// Per-rank hooks: wrap the transport, or check the outcome instead of
+// expecting success.
+struct RankHooks {
+  std::function<std::unique_ptr<Transport>(int, std::unique_ptr<Transport>)>
+      wrap;
+  std::function<absl::Status(int rank, absl::Status run,
+                             const ExecutionReport&, const ShardSet& old_state,
+                             const ShardSet& new_state)>
+      check;
+  absl::Duration round_timeout = absl::Seconds(20);
+  // Ranks that connect but take no part (to provoke timeouts).
+  std::vector<int> idle_ranks;
+};
+
+// Runs `c` on `factory` over forked ranks; the Status of every rank.
+inline std::vector<absl::Status> RunMigration(
+    const MigrationCase& c, TransportFactory* factory,
+    const RankHooks& hooks = {}) {
+  const MigrationWorld world(c.new_cluster, c.catalog);
+  const std::string dir = MakeTempDir();
+  return RunForkedRanks(world.size(), [&](int rank) -> absl::Status {
+    auto state = ModelState::Create(c.model);
+    if (!state.ok()) return state.status();
+    auto diff = ComputeDiff(*state, c.old_plan, c.old_cluster, c.new_plan,
+                            c.new_cluster, world, c.diff_options);
+    if (!diff.ok()) return diff.status();
+    const MigrationSchedule schedule =
+        BuildSchedule(*diff, world, c.schedule_options);
+    auto old_layout = PlanLayout::Create(*state, c.old_plan, c.old_cluster);
+    if (!old_layout.ok()) return old_layout.status();
+    bool lost = false;
+    for (const GpuId& g : c.diff_options.lost) lost |= g == world.gpu(rank);
+    ShardSet old_state(lost ? std::vector<Holding>{}
+                            : HoldingsOf(*old_layout, world.gpu(rank)));
+    FillReference(old_state);
+    ShardSet new_state(diff->required[rank]);
+    FileStore store(dir);
+    auto transport = factory->Create(
+        {.rank = rank, .world_size = world.size(), .store_prefix = "m"},
+        &store);
+    if (!transport.ok()) return transport.status();
+    std::unique_ptr<Transport> t = *std::move(transport);
+    if (hooks.wrap) t = hooks.wrap(rank, std::move(t));
+    for (int idle : hooks.idle_ranks) {
+      if (idle == rank) {
+        return store.Get("m/finished", absl::Seconds(20)).status();
+      }
+    }
+    ExecutionReport report;
+    const absl::Status run =
+        ExecuteMigration(*state, *diff, schedule, old_state, t.get(),
+                         &new_state, &report,
+                         {.round_timeout = hooks.round_timeout});
+    if (!hooks.idle_ranks.empty()) (void)store.Set("m/finished", "1");
+    if (hooks.check) {
+      return hooks.check(rank, run, report, old_state, new_state);
+    }
+    if (!run.ok()) return run;
+    if (report.stage1.bytes_received + report.stage2.bytes_received +
+            report.bytes_kept !=
+        new_state.bytes()) {
+      return absl::InternalError("received + kept != required bytes");
+    }
+    return CheckReference(*state, new_state);
+  });
+}
+
+}  // namespace arachne::migration::testing
+
+#endif  // ARACHNE_TEST_MIGRATION_MIGRATION_HARNESS_H_
