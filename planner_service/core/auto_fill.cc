@@ -27,6 +27,10 @@ std::vector<std::vector<int>> AutoFill::CandidateSplits(
   };
   add(BalancedSplit(layers, tau, fixed, std::vector<int>(d, layers)));
   add(BalancedSplit(layers, tau, fixed, caps));
+  // The integer optimum of the slowest stage within the caps: rounding the
+  // proportional split can leave a stage one layer heavier than needed (the
+  // bench found Espresso's greedy split beating it on the testbed).
+  add(GreedySplit(layers, tau, fixed, caps));
   add(EvenSplit(layers, d));
   return out;
 }

@@ -47,8 +47,9 @@ class AutoFill {
 
   // Layer splits tried for a template (exposed for tests): proportional to
   // speed; the same with each stage capped at the layers that fit in its
-  // memory; even. Each split covers all layers, >= 1 per stage. Empty entries
-  // are omitted (e.g. when the caps cannot hold the model).
+  // memory; the split minimising the slowest stage within those caps; even.
+  // Each split covers all layers, >= 1 per stage. Empty entries are omitted
+  // (e.g. when the caps cannot hold the model).
   std::vector<std::vector<int>> CandidateSplits(const Plan& plan,
                                                 int template_index) const;
 

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "planner_service/core/auto_fill.h"
 #include "planner_service/core/exact_planner.h"
+#include "planner_service/core/layer_split.h"
 #include "planner_service/core/plan_validation.h"
 #include "test/core/toy_fixture.h"
 
@@ -214,6 +215,25 @@ TEST_F(PlannerTest, ValidationNamesTheBrokenRule) {
   plan.templates[1].total_micro_batches = 4;
   s = ValidatePlan(plan, cm);
   EXPECT_THAT(s.message(), HasSubstr("GPU 0 of node \"n0\" is used twice"));
+}
+
+}  // namespace
+}  // namespace arachne
+
+namespace arachne {
+namespace {
+
+TEST(LayerSplit, GreedySplitMinimisesTheSlowestStageWithinCaps) {
+  // Stage 1 carries a fixed 3 time units: it gets one layer, stage 0 four.
+  EXPECT_THAT(GreedySplit(5, {1, 1}, {0, 3}, {10, 10}),
+              ::testing::ElementsAre(4, 1));
+  // A cap of 3 on stage 0 pushes the rest to stage 1.
+  EXPECT_THAT(GreedySplit(5, {1, 1}, {0, 3}, {3, 10}),
+              ::testing::ElementsAre(3, 2));
+  // Caps that cannot hold the model, or more stages than layers: no split.
+  EXPECT_TRUE(GreedySplit(5, {1, 1}, {0, 0}, {2, 2}).empty());
+  EXPECT_TRUE(GreedySplit(1, {1, 1}, {0, 0}, {2, 2}).empty());
+  EXPECT_THAT(EvenSplit(7, 3), ::testing::ElementsAre(3, 2, 2));
 }
 
 }  // namespace
