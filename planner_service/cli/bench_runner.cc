@@ -145,6 +145,12 @@ bool FigureLess(const std::string& a, const std::string& b) {
   return a < b;
 }
 
+// Time since the bench started, for progress lines: "7m05s".
+std::string Elapsed(absl::Time start) {
+  const int64_t s = absl::ToInt64Seconds(absl::Now() - start);
+  return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+}
+
 // Best-so-far throughput after `evaluations` plan evaluations, from the
 // improvements a run recorded (0 before its first feasible plan).
 double BestAfter(const std::vector<ProgressPoint>& progress,
@@ -444,10 +450,12 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
       std::lock_guard<std::mutex> lock(log_mu);
       ++done;
       log << absl::StrFormat(
-          "[%*d/%d] %s | %s | random structures: %d of %d feasible (%s)\n",
+          "[%*d/%d] %s | %s | random structures: %d of %d feasible (%s) "
+          "[%s]\n",
           count_width, done, total, s.name,
           s.compositions[ref.composition].label, samples[k].size(), s.samples,
-          Seconds(absl::ToDoubleSeconds(absl::Now() - start)));
+          Seconds(absl::ToDoubleSeconds(absl::Now() - start)),
+          Elapsed(bench_start));
       log.flush();
       return;
     }
@@ -498,11 +506,15 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
     std::string outcome =
         run.status == RunStatus::kOk
             ? absl::StrFormat("%.4f iter/s", run.prediction.throughput_iters_per_s)
-            : absl::StrCat(RunStatusName(run.status), ": ", run.message);
-    log << absl::StrFormat("[%*d/%d] %s | %s | %s: %s (%s, %d evaluations)\n",
-                           count_width, done,
-                           total, s.name, c.label, run.planner, outcome,
-                           Seconds(run.planning_time_s), run.stats.evaluations);
+            : absl::StrCat(RunStatusName(run.status), ": ",
+                           run.message.size() > 160
+                               ? run.message.substr(0, 157) + "..."
+                               : run.message);
+    log << absl::StrFormat(
+        "[%*d/%d] %s | %s | %s: %s (%s, %d evaluations) [%s]\n", count_width,
+        done, total, s.name, c.label, run.planner, outcome,
+        Seconds(run.planning_time_s), run.stats.evaluations,
+        Elapsed(bench_start));
     log.flush();
   });
   results.wall_s = absl::ToDoubleSeconds(absl::Now() - bench_start);
