@@ -219,6 +219,109 @@ void AppendCompareTable(const BenchResults& r, int si, std::string* md) {
   }
 }
 
+// The planner other runs are measured against in summaries: the exact
+// planner when it ran.
+constexpr char kReferencePlanner[] = "exact";
+
+// One paragraph per figure: how often each planner wins, the exact
+// planner's lead over the best other planner (min / median / max over the
+// compositions where both found a plan), and every composition where
+// another planner beats it (which the issue asks to explain).
+void AppendFigureSummary(const BenchResults& r, const std::vector<int>& panels,
+                         std::string* md) {
+  const std::vector<std::string>& planners = r.options.planners;
+  const bool has_reference =
+      std::find(planners.begin(), planners.end(), kReferencePlanner) !=
+      planners.end();
+  std::map<std::string, int> wins;
+  std::vector<double> leads;
+  std::vector<std::string> beaten, only_reference, reference_failed;
+  int compositions = 0;
+  for (int si : panels) {
+    const Scenario& s = r.scenarios[si];
+    for (int ci = 0; ci < static_cast<int>(s.compositions.size()); ++ci) {
+      ++compositions;
+      const std::string where =
+          absl::StrCat(s.name, " ", s.compositions[ci].label);
+      const BenchRun* best = nullptr;
+      const BenchRun* reference = nullptr;
+      const BenchRun* best_other = nullptr;
+      for (const BenchRun* run : RunsOf(r, si, ci)) {
+        if (run->status != RunStatus::kOk) continue;
+        const double t = run->prediction.throughput_iters_per_s;
+        if (best == nullptr || t > best->prediction.throughput_iters_per_s) {
+          best = run;
+        }
+        if (run->planner == kReferencePlanner) {
+          reference = run;
+        } else if (best_other == nullptr ||
+                   t > best_other->prediction.throughput_iters_per_s) {
+          best_other = run;
+        }
+      }
+      if (best != nullptr) ++wins[best->planner];
+      if (!has_reference) continue;
+      if (reference == nullptr) {
+        if (best_other != nullptr) reference_failed.push_back(where);
+        continue;
+      }
+      if (best_other == nullptr) {
+        only_reference.push_back(where);
+        continue;
+      }
+      const double lead = reference->prediction.throughput_iters_per_s /
+                              best_other->prediction.throughput_iters_per_s -
+                          1;
+      leads.push_back(lead);
+      if (lead < 0) {
+        // How much faster the baseline's plan is, not the (negative) lead.
+        beaten.push_back(absl::StrFormat(
+            "%s: %s %+.1f%%", where, best_other->planner,
+            100 * (best_other->prediction.throughput_iters_per_s /
+                       reference->prediction.throughput_iters_per_s -
+                   1)));
+      }
+    }
+  }
+  std::vector<std::string> win_parts;
+  for (const std::string& p : planners) {
+    if (wins.count(p)) win_parts.push_back(absl::StrCat(p, " ", wins[p]));
+  }
+  absl::StrAppendFormat(md, "\n**Summary** (%d compositions). Best plan: %s.",
+                        compositions,
+                        win_parts.empty() ? "none"
+                                          : absl::StrJoin(win_parts, ", "));
+  if (!has_reference) {
+    absl::StrAppend(md, "\n");
+    return;
+  }
+  if (!leads.empty()) {
+    std::sort(leads.begin(), leads.end());
+    const size_t n = leads.size();
+    const double median = n % 2 == 1
+                              ? leads[n / 2]
+                              : (leads[n / 2 - 1] + leads[n / 2]) / 2;
+    absl::StrAppendFormat(
+        md,
+        " The %s planner's lead over the best other planner: min %+.1f%%, "
+        "median %+.1f%%, max %+.1f%%.",
+        kReferencePlanner, 100 * leads.front(), 100 * median,
+        100 * leads.back());
+  }
+  absl::StrAppendFormat(md, " Ahead of %s: %s.", kReferencePlanner,
+                        beaten.empty() ? "none" : absl::StrJoin(beaten, "; "));
+  if (!only_reference.empty()) {
+    absl::StrAppendFormat(md, " Only %s found a plan: %s.", kReferencePlanner,
+                          absl::StrJoin(only_reference, "; "));
+  }
+  if (!reference_failed.empty()) {
+    absl::StrAppendFormat(md, " %s found no plan where another did: %s.",
+                          kReferencePlanner,
+                          absl::StrJoin(reference_failed, "; "));
+  }
+  absl::StrAppend(md, "\n");
+}
+
 void AppendCurveTable(const BenchResults& r, int si, std::string* md) {
   const Scenario& s = r.scenarios[si];
   for (int ci = 0; ci < static_cast<int>(s.compositions.size()); ++ci) {
@@ -643,6 +746,7 @@ std::string ResultsMarkdown(const BenchResults& r) {
       if (s.kind == ScenarioKind::kSearchCurve) AppendCurveTable(r, si, &md);
       if (s.kind == ScenarioKind::kScatter) AppendScatterTable(r, si, &md);
     }
+    AppendFigureSummary(r, indices, &md);
   }
   return md;
 }

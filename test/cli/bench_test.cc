@@ -248,6 +248,20 @@ TEST(BenchOutputTest, MarkdownNormalisesToTheBestPlannerOfEachComposition) {
                             "best iter/s |\n|---|---:|---:|---:|---|---:|\n"
                             "| 64+64 (128 GPUs) | 128 | **1.000** (1.5 s) | "
                             "0.250 (250 s) | exact | 0.2000 |\n"));
+  EXPECT_THAT(md, HasSubstr("\n**Summary** (1 compositions). Best plan: "
+                            "exact 1. The exact planner's lead over the best "
+                            "other planner: min +300.0%, median +300.0%, max "
+                            "+300.0%. Ahead of exact: none.\n"));
+
+  // A baseline ahead of the exact planner is named with its margin.
+  results.runs[1].prediction.throughput_iters_per_s = 0.25;
+  EXPECT_THAT(ResultsMarkdown(results),
+              HasSubstr("Best plan: random 1. The exact planner's lead over "
+                        "the best other planner: min -20.0%, median -20.0%, "
+                        "max -20.0%. Ahead of exact: demo 64+64 (128 GPUs): "
+                        "random +25.0%.\n"));
+  results.runs[1].prediction.throughput_iters_per_s = 0.05;
+
   const std::vector<std::string> csv = Lines(ResultsCsv(results));
   ASSERT_EQ(csv.size(), 3u);
   EXPECT_EQ(csv[2],
