@@ -73,6 +73,9 @@ class TransportFactory {
   virtual std::string name() const = 0;
   // Whether this machine can run the backend (e.g. a GPU is present).
   virtual bool IsViable() const = 0;
+  // How many ranks of this backend one machine can host (NCCL: one per
+  // GPU); tests with more ranks skip.
+  virtual int MaxLocalRanks() const { return 1 << 20; }
   // Connects `config.world_size` ranks through `store`; every rank calls it.
   virtual absl::StatusOr<std::unique_ptr<Transport>> Create(
       const TransportConfig& config, Store* store) const = 0;

@@ -8,7 +8,8 @@ namespace arachne::migration::testing {
 namespace {
 
 INSTANTIATE_TEST_SUITE_P(Gloo, TransportConformanceTest,
-                         ::testing::Values(&MakeGlooTransportFactory));
+                         ::testing::Values(&MakeGlooTransportFactory),
+                         FactoryName);
 
 TEST(GlooFactoryTest, IsViableAndNamed) {
   auto f = MakeGlooTransportFactory();
