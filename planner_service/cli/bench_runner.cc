@@ -413,6 +413,40 @@ std::string ShellQuote(const std::string& s) {
   return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
 }
 
+constexpr char kResultsCsvHeader[] =
+    "scenario,figure,kind,model,composition,gpus,planner,status,"
+    "throughput_iters_per_s,tokens_per_s,iteration_time_s,planning_time_s,"
+    "evaluations,exhaustive,gpus_used,max_depth,templates,plan,message\n";
+
+// One line of results.csv (with its newline).
+std::string ResultsCsvRow(const std::vector<Scenario>& scenarios,
+                          const BenchRun& run) {
+  const Scenario& s = scenarios[run.scenario];
+  const Composition& c = s.compositions[run.composition];
+  const bool ok = run.status == RunStatus::kOk;
+  const std::vector<std::string> fields = {
+      CsvField(s.name),
+      CsvField(s.figure),
+      std::string(ScenarioKindName(s.kind)),
+      CsvField(s.model),
+      CsvField(c.label),
+      absl::StrCat(c.gpus),
+      run.planner,
+      RunStatusName(run.status),
+      ok ? Num(run.prediction.throughput_iters_per_s) : "",
+      ok ? Num(run.prediction.tokens_per_s) : "",
+      ok ? Num(run.prediction.iteration_time_s) : "",
+      Num(run.planning_time_s),
+      absl::StrCat(run.stats.evaluations),
+      run.stats.exhaustive ? "true" : "false",
+      ok ? absl::StrCat(run.gpus_used) : "",
+      ok ? absl::StrCat(run.max_depth) : "",
+      ok ? absl::StrCat(run.templates) : "",
+      CsvField(run.plan_summary),
+      CsvField(run.message)};
+  return absl::StrCat(absl::StrJoin(fields, ","), "\n");
+}
+
 }  // namespace
 
 const char* RunStatusName(RunStatus status) {
@@ -540,6 +574,22 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
                          " random-structure samplings"),
       jobs, Seconds(options.budget_s));
   const absl::Time bench_start = absl::Now();
+  // Rows as runs finish, so a bench killed or crashed midway keeps what it
+  // measured.
+  std::ofstream partial;
+  if (!options.partial_csv.empty()) {
+    std::error_code ec;
+    const std::filesystem::path parent =
+        std::filesystem::path(options.partial_csv).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    partial.open(options.partial_csv, std::ios::binary | std::ios::trunc);
+    partial << kResultsCsvHeader;
+    partial.flush();
+    if (ec || !partial) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("--out: cannot write ", options.partial_csv));
+    }
+  }
   const int count_width = static_cast<int>(absl::StrCat(total).size());
   ParallelFor(total, jobs, [&](int i) {
     if (i >= num_runs) {
@@ -605,6 +655,10 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
       run.message = std::string(result.status().message());
     }
     std::lock_guard<std::mutex> lock(log_mu);
+    if (partial.is_open()) {
+      partial << ResultsCsvRow(results.scenarios, run);
+      partial.flush();
+    }
     ++done;
     std::string outcome =
         run.status == RunStatus::kOk
@@ -633,35 +687,9 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
 }
 
 std::string ResultsCsv(const BenchResults& r) {
-  std::string csv =
-      "scenario,figure,kind,model,composition,gpus,planner,status,"
-      "throughput_iters_per_s,tokens_per_s,iteration_time_s,planning_time_s,"
-      "evaluations,exhaustive,gpus_used,max_depth,templates,plan,message\n";
+  std::string csv = kResultsCsvHeader;
   for (const BenchRun& run : r.runs) {
-    const Scenario& s = r.scenarios[run.scenario];
-    const Composition& c = s.compositions[run.composition];
-    const bool ok = run.status == RunStatus::kOk;
-    const std::vector<std::string> fields = {
-        CsvField(s.name),
-        CsvField(s.figure),
-        std::string(ScenarioKindName(s.kind)),
-        CsvField(s.model),
-        CsvField(c.label),
-        absl::StrCat(c.gpus),
-        run.planner,
-        RunStatusName(run.status),
-        ok ? Num(run.prediction.throughput_iters_per_s) : "",
-        ok ? Num(run.prediction.tokens_per_s) : "",
-        ok ? Num(run.prediction.iteration_time_s) : "",
-        Num(run.planning_time_s),
-        absl::StrCat(run.stats.evaluations),
-        run.stats.exhaustive ? "true" : "false",
-        ok ? absl::StrCat(run.gpus_used) : "",
-        ok ? absl::StrCat(run.max_depth) : "",
-        ok ? absl::StrCat(run.templates) : "",
-        CsvField(run.plan_summary),
-        CsvField(run.message)};
-    absl::StrAppend(&csv, absl::StrJoin(fields, ","), "\n");
+    absl::StrAppend(&csv, ResultsCsvRow(r.scenarios, run));
   }
   return csv;
 }

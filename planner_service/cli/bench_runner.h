@@ -45,6 +45,10 @@ struct BenchOptions {
   uint64_t seed = 1;
   int jobs = 0;  // worker threads; 0: the machine's hardware threads
   std::string profiles_dir;  // "" = the data built into the binary
+  // When set, each run's results.csv row is appended to this file as soon as
+  // the run ends (its directory is created), so an interrupted bench keeps
+  // what it measured.
+  std::string partial_csv;
 };
 
 enum class RunStatus { kOk, kNoPlan, kError };

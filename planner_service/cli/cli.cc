@@ -327,11 +327,16 @@ struct BenchFlags {
 
 int RunBenchCommand(const BenchFlags& f, std::ostream& out,
                     std::ostream& err) {
-  absl::StatusOr<BenchResults> results = RunBench(f.options, err);
+  BenchOptions options = f.options;
+  options.partial_csv =
+      (std::filesystem::path(f.out_dir) / "results.partial.csv").string();
+  absl::StatusOr<BenchResults> results = RunBench(options, err);
   if (!results.ok()) return Fail(err, results.status());
   if (absl::Status s = WriteBenchOutputs(*results, f.out_dir); !s.ok()) {
     return Fail(err, s);
   }
+  std::error_code ec;
+  std::filesystem::remove(options.partial_csv, ec);
   int ok = 0, no_plan = 0, errors = 0;
   for (const BenchRun& run : results->runs) {
     if (run.status == RunStatus::kOk) ++ok;
@@ -380,7 +385,9 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   int64_t max_evaluations = 0;
   CLI::App* plan = app.add_subcommand("plan", "plan a model on a cluster");
   AddInputFlags(plan, &plan_flags);
-  plan->add_option("--planner", planner, "planner: exact");
+  plan->add_option("--planner", planner,
+                   "exact, amp, espresso, hexiscale, metis, sailor or random "
+                   "(docs/planners.md)");
   plan->add_option("--budget", budget_s, "search budget in seconds");
   plan->add_option("--max-depth", max_depth, "deepest pipeline (Dmax)");
   plan->add_option("--max-templates", max_templates, "most templates per plan");

@@ -101,6 +101,9 @@ TEST(BenchCommandTest, TinySuiteWritesResultsForEveryRun) {
   const std::vector<std::string> curve_fields = absl::StrSplit(csv[3], ',');
   EXPECT_LE(std::stoll(curve_fields[12]), 300 + 16);
 
+  // The rows written as runs finished are dropped once results.csv exists.
+  EXPECT_FALSE(std::filesystem::exists(out / "results.partial.csv"));
+
   const std::string md = ReadFile(out / "results.md");
   EXPECT_THAT(md, HasSubstr("## Figure 7\n"));
   EXPECT_THAT(md, HasSubstr("### Figure 7(a): tiny-compare (llama3-8b)"));
@@ -169,6 +172,24 @@ TEST(BenchCommandTest, ScenarioFilterRunsOnlyTheMatchingScenarios) {
   ASSERT_EQ(csv.size(), 3u);
   EXPECT_THAT(csv[1], StartsWith("tiny-curve,"));
   EXPECT_THAT(csv[2], StartsWith("tiny-nofit,"));
+  std::filesystem::remove_all(out);
+}
+
+TEST(BenchRunnerTest, PartialCsvHoldsEveryFinishedRun) {
+  const std::filesystem::path out = TempDir("partial");
+  BenchOptions options;
+  options.suite_dir = TinySuite();
+  options.scenario_patterns = {"tiny-compare"};
+  options.planners = {"exact"};
+  options.max_evaluations = 50;
+  options.jobs = 1;
+  options.partial_csv = (out / "sub" / "results.partial.csv").string();
+  std::ostringstream log;
+  absl::StatusOr<BenchResults> results = RunBench(options, log);
+  ASSERT_TRUE(results.ok()) << results.status();
+  // Same rows as the final results.csv (one job: the same order).
+  EXPECT_EQ(ReadFile(options.partial_csv), ResultsCsv(*results));
+  EXPECT_EQ(Lines(ReadFile(options.partial_csv)).size(), 3u);
   std::filesystem::remove_all(out);
 }
 
