@@ -51,9 +51,9 @@ absl::Status CheckOptions(const BenchOptions& o) {
         absl::StrCat("--budget: must be > 0 seconds, got ", o.budget_s));
   }
   if (o.max_evaluations < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max-evaluations: must be >= 0 (0: no limit), got ",
-        o.max_evaluations));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-evaluations: must be >= 0 (0: no limit), got ",
+                     o.max_evaluations));
   }
   if (o.jobs < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -132,8 +132,7 @@ std::string PanelTitle(const std::string& panel) {
   if (figure == panel) {
     return absl::ascii_isdigit(panel[0]) ? "Figure " + panel : panel;
   }
-  return absl::StrCat("Figure ", figure, "(", panel.substr(figure.size()),
-                      ")");
+  return absl::StrCat("Figure ", figure, "(", panel.substr(figure.size()), ")");
 }
 
 // Figures in numeric order, then named ones alphabetically.
@@ -201,20 +200,19 @@ void AppendCompareTable(const BenchResults& r, int si, std::string* md) {
         const double rel = run->prediction.throughput_iters_per_s /
                            best->prediction.throughput_iters_per_s;
         const std::string cell = absl::StrFormat("%.3f", rel);
-        absl::StrAppend(md, " ", run == best ? "**" + cell + "**" : cell,
-                        " (", time, ") |");
+        absl::StrAppend(md, " ", run == best ? "**" + cell + "**" : cell, " (",
+                        time, ") |");
       } else {
-        absl::StrAppend(md, " ", RunStatusName(run->status), " (", time,
-                        ") |");
+        absl::StrAppend(md, " ", RunStatusName(run->status), " (", time, ") |");
       }
     }
     if (best == nullptr) {
       absl::StrAppend(md, " none | - |\n");
     } else {
-      absl::StrAppend(md, " ", best->planner, " | ",
-                      absl::StrFormat("%.4f",
-                                      best->prediction.throughput_iters_per_s),
-                      " |\n");
+      absl::StrAppend(
+          md, " ", best->planner, " | ",
+          absl::StrFormat("%.4f", best->prediction.throughput_iters_per_s),
+          " |\n");
     }
   }
 }
@@ -230,9 +228,8 @@ constexpr char kReferencePlanner[] = "exact";
 void AppendFigureSummary(const BenchResults& r, const std::vector<int>& panels,
                          std::string* md) {
   const std::vector<std::string>& planners = r.options.planners;
-  const bool has_reference =
-      std::find(planners.begin(), planners.end(), kReferencePlanner) !=
-      planners.end();
+  const bool has_reference = std::find(planners.begin(), planners.end(),
+                                       kReferencePlanner) != planners.end();
   std::map<std::string, int> wins;
   std::vector<double> leads;
   std::vector<std::string> beaten, only_reference, reference_failed;
@@ -287,10 +284,9 @@ void AppendFigureSummary(const BenchResults& r, const std::vector<int>& panels,
   for (const std::string& p : planners) {
     if (wins.count(p)) win_parts.push_back(absl::StrCat(p, " ", wins[p]));
   }
-  absl::StrAppendFormat(md, "\n**Summary** (%d compositions). Best plan: %s.",
-                        compositions,
-                        win_parts.empty() ? "none"
-                                          : absl::StrJoin(win_parts, ", "));
+  absl::StrAppendFormat(
+      md, "\n**Summary** (%d compositions). Best plan: %s.", compositions,
+      win_parts.empty() ? "none" : absl::StrJoin(win_parts, ", "));
   if (!has_reference) {
     absl::StrAppend(md, "\n");
     return;
@@ -298,9 +294,8 @@ void AppendFigureSummary(const BenchResults& r, const std::vector<int>& panels,
   if (!leads.empty()) {
     std::sort(leads.begin(), leads.end());
     const size_t n = leads.size();
-    const double median = n % 2 == 1
-                              ? leads[n / 2]
-                              : (leads[n / 2 - 1] + leads[n / 2]) / 2;
+    const double median =
+        n % 2 == 1 ? leads[n / 2] : (leads[n / 2 - 1] + leads[n / 2]) / 2;
     absl::StrAppendFormat(
         md,
         " The %s planner's lead over the best other planner: min %+.1f%%, "
@@ -327,7 +322,8 @@ void AppendCurveTable(const BenchResults& r, int si, std::string* md) {
   for (int ci = 0; ci < static_cast<int>(s.compositions.size()); ++ci) {
     const std::vector<const BenchRun*> runs = RunsOf(r, si, ci);
     int64_t most = 1;
-    for (const BenchRun* run : runs) most = std::max(most, run->stats.evaluations);
+    for (const BenchRun* run : runs)
+      most = std::max(most, run->stats.evaluations);
     std::vector<int64_t> checkpoints;
     for (int64_t n = 1; n <= most; n *= 10) checkpoints.push_back(n);
     absl::StrAppendFormat(
@@ -337,17 +333,18 @@ void AppendCurveTable(const BenchResults& r, int si, std::string* md) {
         MdCell(s.compositions[ci].label));
     for (int64_t n : checkpoints) absl::StrAppend(md, " ", n, " |");
     absl::StrAppend(md, " evaluations |\n|---|");
-    for (size_t i = 0; i <= checkpoints.size(); ++i) absl::StrAppend(md, "---:|");
+    for (size_t i = 0; i <= checkpoints.size(); ++i)
+      absl::StrAppend(md, "---:|");
     absl::StrAppend(md, "\n");
     for (const BenchRun* run : runs) {
       absl::StrAppend(md, "| ", run->planner, " |");
       for (int64_t n : checkpoints) {
-        const double best = run->status == RunStatus::kOk &&
-                                    n <= run->stats.evaluations
-                                ? BestAfter(run->stats.progress, n)
-                                : 0;
-        absl::StrAppend(md, " ",
-                        best > 0 ? absl::StrFormat("%.4f", best) : "-", " |");
+        const double best =
+            run->status == RunStatus::kOk && n <= run->stats.evaluations
+                ? BestAfter(run->stats.progress, n)
+                : 0;
+        absl::StrAppend(md, " ", best > 0 ? absl::StrFormat("%.4f", best) : "-",
+                        " |");
       }
       absl::StrAppend(md, " ", run->stats.evaluations, " |\n");
     }
@@ -364,9 +361,8 @@ void AppendScatterTable(const BenchResults& r, int si, std::string* md) {
       }
     }
     const std::vector<const BenchRun*> runs = RunsOf(r, si, ci);
-    double best = sampled.empty()
-                      ? 0
-                      : *std::max_element(sampled.begin(), sampled.end());
+    double best =
+        sampled.empty() ? 0 : *std::max_element(sampled.begin(), sampled.end());
     for (const BenchRun* run : runs) {
       if (run->status == RunStatus::kOk) {
         best = std::max(best, run->prediction.throughput_iters_per_s);
@@ -386,15 +382,14 @@ void AppendScatterTable(const BenchResults& r, int si, std::string* md) {
         continue;
       }
       const double t = run->prediction.throughput_iters_per_s;
-      const int64_t beaten =
-          std::count_if(sampled.begin(), sampled.end(),
-                        [t](double x) { return x < t; });
+      const int64_t beaten = std::count_if(sampled.begin(), sampled.end(),
+                                           [t](double x) { return x < t; });
       absl::StrAppendFormat(
-          md, "| %s | %.3f | %d | %s |\n", run->planner, best > 0 ? t / best : 0,
-          run->max_depth,
-          sampled.empty() ? std::string("-")
-                          : absl::StrFormat("%.1f%%", 100.0 * beaten /
-                                                          sampled.size()));
+          md, "| %s | %.3f | %d | %s |\n", run->planner,
+          best > 0 ? t / best : 0, run->max_depth,
+          sampled.empty()
+              ? std::string("-")
+              : absl::StrFormat("%.1f%%", 100.0 * beaten / sampled.size()));
     }
   }
 }
@@ -404,7 +399,8 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   f << text;
   f.close();
   if (!f) {
-    return absl::PermissionDeniedError(absl::StrCat("--out: cannot write ", path));
+    return absl::PermissionDeniedError(
+        absl::StrCat("--out: cannot write ", path));
   }
   return absl::OkStatus();
 }
@@ -467,7 +463,8 @@ std::string PlanSummary(const Plan& plan, const GpuCatalog& catalog) {
     const Template& t = plan.templates[i];
     std::vector<std::string> stages;
     for (const Stage& s : t.stages) {
-      std::string stage = absl::StrCat(catalog.type(s.gpu_type).id, " tp", s.tp);
+      std::string stage =
+          absl::StrCat(catalog.type(s.gpu_type).id, " tp", s.tp);
       if (!(s.tiling == ExpertTiling{})) {
         absl::StrAppend(&stage, " ep", s.tiling.ep, "/etp", s.tiling.etp,
                         "/edp", s.tiling.edp);
@@ -499,9 +496,9 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
 
   absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(options.profiles_dir);
   if (!catalog.ok()) return catalog.status();
-  absl::StatusOr<std::vector<Scenario>> scenarios = LoadScenarioSuite(
-      options.suite_dir, options.scenario_patterns, *catalog,
-      options.profiles_dir);
+  absl::StatusOr<std::vector<Scenario>> scenarios =
+      LoadScenarioSuite(options.suite_dir, options.scenario_patterns, *catalog,
+                        options.profiles_dir);
   if (!scenarios.ok()) return scenarios.status();
   results.scenarios = *std::move(scenarios);
 
@@ -597,9 +594,9 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
       const CompositionRef& ref = compositions[sampled_compositions[k]];
       const Scenario& s = results.scenarios[ref.scenario];
       const absl::Time start = absl::Now();
-      samples[k] = SamplePlanStructures(
-          contexts[sampled_compositions[k]]->cost_model(), s.samples,
-          options.seed, options.max_depth);
+      samples[k] =
+          SamplePlanStructures(contexts[sampled_compositions[k]]->cost_model(),
+                               s.samples, options.seed, options.max_depth);
       std::lock_guard<std::mutex> lock(log_mu);
       ++done;
       log << absl::StrFormat(
@@ -636,8 +633,8 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
       // accepts; anything else is a planner bug, reported as such.
       if (absl::Status v = ValidatePlan(result->plan, cm); !v.ok()) {
         run.status = RunStatus::kError;
-        run.message = absl::StrCat("returned plan fails validation: ",
-                                   v.message());
+        run.message =
+            absl::StrCat("returned plan fails validation: ", v.message());
       } else {
         run.status = RunStatus::kOk;
         run.prediction = result->prediction;
@@ -648,10 +645,10 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
       }
       run.stats = std::move(result->stats);
     } else {
-      run.status = result.status().code() ==
-                           absl::StatusCode::kFailedPrecondition
-                       ? RunStatus::kNoPlan
-                       : RunStatus::kError;
+      run.status =
+          result.status().code() == absl::StatusCode::kFailedPrecondition
+              ? RunStatus::kNoPlan
+              : RunStatus::kError;
       run.message = std::string(result.status().message());
     }
     std::lock_guard<std::mutex> lock(log_mu);
@@ -662,7 +659,8 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
     ++done;
     std::string outcome =
         run.status == RunStatus::kOk
-            ? absl::StrFormat("%.4f iter/s", run.prediction.throughput_iters_per_s)
+            ? absl::StrFormat("%.4f iter/s",
+                              run.prediction.throughput_iters_per_s)
             : absl::StrCat(RunStatusName(run.status), ": ",
                            run.message.size() > 160
                                ? run.message.substr(0, 157) + "..."
@@ -717,10 +715,10 @@ std::string ProgressCsv(const BenchResults& r) {
     // out to the evaluations actually spent.
     if (run.stats.progress.empty() ||
         run.stats.progress.back().evaluations < run.stats.evaluations) {
-      absl::StrAppend(&csv, prefix, run.stats.evaluations, ",",
-                      Num(run.stats.wall_s), ",",
-                      Num(std::max(best, run.prediction.throughput_iters_per_s)),
-                      "\n");
+      absl::StrAppend(
+          &csv, prefix, run.stats.evaluations, ",", Num(run.planning_time_s),
+          ",", Num(std::max(best, run.prediction.throughput_iters_per_s)),
+          "\n");
     }
   }
   return csv;
@@ -734,8 +732,8 @@ std::string SamplesCsv(const BenchResults& r) {
     const Scenario& s = r.scenarios[x.scenario];
     const Composition& c = s.compositions[x.composition];
     absl::StrAppend(&csv, CsvField(s.name), ",", CsvField(s.figure), ",",
-                    CsvField(s.model), ",", CsvField(c.label), ",", c.gpus,
-                    ",", x.max_depth, ",", x.templates, ",",
+                    CsvField(s.model), ",", CsvField(c.label), ",", c.gpus, ",",
+                    x.max_depth, ",", x.templates, ",",
                     Num(x.throughput_iters_per_s), "\n");
   }
   return csv;
@@ -768,8 +766,7 @@ std::string ResultsMarkdown(const BenchResults& r) {
       const Scenario& s = r.scenarios[si];
       absl::StrAppendFormat(&md, "\n### %s: %s (%s)\n\n%s%s",
                             PanelTitle(s.figure), s.name, s.model,
-                            s.description,
-                            s.description.empty() ? "" : "\n\n");
+                            s.description, s.description.empty() ? "" : "\n\n");
       AppendCompareTable(r, si, &md);
       if (s.kind == ScenarioKind::kSearchCurve) AppendCurveTable(r, si, &md);
       if (s.kind == ScenarioKind::kScatter) AppendScatterTable(r, si, &md);
@@ -811,8 +808,8 @@ absl::Status WriteBenchOutputs(const BenchResults& results,
     }
   }
   if (scatter) {
-    if (absl::Status s = WriteFile((dir / "fig4_samples.csv").string(),
-                                   SamplesCsv(results));
+    if (absl::Status s =
+            WriteFile((dir / "fig4_samples.csv").string(), SamplesCsv(results));
         !s.ok()) {
       return s;
     }
@@ -823,8 +820,8 @@ absl::Status WriteBenchOutputs(const BenchResults& results,
 bool DrawPlots(const std::string& plot_script, const std::string& out_dir,
                std::ostream& log) {
   const std::string later = absl::StrCat(
-      "python3 ", ShellQuote(plot_script.empty() ? "bench/plot_results.py"
-                                                 : plot_script),
+      "python3 ",
+      ShellQuote(plot_script.empty() ? "bench/plot_results.py" : plot_script),
       " ", ShellQuote(out_dir));
   std::error_code ec;
   if (plot_script.empty() ||
@@ -838,8 +835,8 @@ bool DrawPlots(const std::string& plot_script, const std::string& out_dir,
   // Debian's python3-matplotlib, which only the system interpreter sees.
   std::string python;
   for (const char* candidate : {"python3", "/usr/bin/python3"}) {
-    const std::string probe = absl::StrCat(
-        candidate, " -c 'import matplotlib' >/dev/null 2>&1");
+    const std::string probe =
+        absl::StrCat(candidate, " -c 'import matplotlib' >/dev/null 2>&1");
     if (std::system(probe.c_str()) == 0) {
       python = candidate;
       break;

@@ -61,7 +61,7 @@ struct BenchRun {
   int composition = 0;  // index into that scenario's compositions
   std::string planner;
   RunStatus status = RunStatus::kError;
-  std::string message;  // why, when not ok
+  std::string message;         // why, when not ok
   double planning_time_s = 0;  // wall time of Planner::Run
   // Set when ok:
   Prediction prediction;

@@ -107,9 +107,9 @@ absl::StatusOr<Composition> ReadComposition(const Json& value,
   // exactly (integers stay integers), and the source names the field so its
   // errors read "<file>: compositions[1].cluster: nodes[0]: ...".
   ARACHNE_IO_ASSIGN_OR_RETURN(
-      c.cluster, ParseCluster(cluster->dump(),
-                              absl::StrCat(source, ": ", r.PathOf("cluster")),
-                              catalog));
+      c.cluster,
+      ParseCluster(cluster->dump(),
+                   absl::StrCat(source, ": ", r.PathOf("cluster")), catalog));
   if (c.cluster.total_gpus() != c.gpus) {
     return r.Error("gpus",
                    absl::StrCat("must equal the cluster's GPU count ",
@@ -173,8 +173,7 @@ absl::StatusOr<Scenario> ParseScenario(absl::string_view text,
                                 top.Int64("max_evaluations", 1));
   }
   if (s.kind == ScenarioKind::kScatter) {
-    ARACHNE_IO_ASSIGN_OR_RETURN(s.samples,
-                                top.Int("samples", 1, kMaxSamples));
+    ARACHNE_IO_ASSIGN_OR_RETURN(s.samples, top.Int("samples", 1, kMaxSamples));
   } else if (top.Has("samples")) {
     return top.Error("samples",
                      absl::StrCat("only applies to kind scatter, not ",
@@ -192,10 +191,10 @@ absl::StatusOr<Scenario> ParseScenario(absl::string_view text,
         Composition c, ReadComposition((*list)[i], source, path, catalog));
     auto [it, inserted] = index_by_label.emplace(c.label, i);
     if (!inserted) {
-      return FieldError(source, JoinFieldPath(path, "label"),
-                        absl::StrCat("duplicate label \"", c.label,
-                                     "\" (also compositions[", it->second,
-                                     "])"));
+      return FieldError(
+          source, JoinFieldPath(path, "label"),
+          absl::StrCat("duplicate label \"", c.label, "\" (also compositions[",
+                       it->second, "])"));
     }
     s.compositions.push_back(std::move(c));
   }
@@ -263,9 +262,9 @@ absl::StatusOr<std::vector<Scenario>> LoadScenarioSuite(
     if (!matched) {
       std::vector<std::string> names;
       for (const Scenario& s : all) names.push_back(s.name);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--scenarios: \"", pattern, "\" matches no scenario in ", dir,
-          "; scenarios: ", absl::StrJoin(names, ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--scenarios: \"", pattern, "\" matches no scenario in ",
+                       dir, "; scenarios: ", absl::StrJoin(names, ", ")));
     }
   }
   std::vector<Scenario> selected;

@@ -1,8 +1,6 @@
 // `arachne bench`: an end-to-end run over the tiny suite in test/data/bench
 // (exact planner, a few hundred evaluations), the files it writes, the
 // markdown normalisation, the plan summary, and the errors for bad input.
-#include "planner_service/cli/bench_runner.h"
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -12,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner_service/cli/bench_runner.h"
 #include "planner_service/cli/cli.h"
 #include "planner_service/io/gpu_catalog_io.h"
 
@@ -107,7 +106,8 @@ TEST(BenchCommandTest, TinySuiteWritesResultsForEveryRun) {
   const std::string md = ReadFile(out / "results.md");
   EXPECT_THAT(md, HasSubstr("## Figure 7\n"));
   EXPECT_THAT(md, HasSubstr("### Figure 7(a): tiny-compare (llama3-8b)"));
-  EXPECT_THAT(md, HasSubstr("| composition | GPUs | exact | best | best iter/s |"));
+  EXPECT_THAT(md,
+              HasSubstr("| composition | GPUs | exact | best | best iter/s |"));
   EXPECT_THAT(md, HasSubstr("| A100 node (4 GPUs) | 4 | **1.000** ("));
   EXPECT_THAT(md, HasSubstr("| 2 A5000 (2 GPUs) | 2 | no_plan ("));
   EXPECT_THAT(md, HasSubstr("Best-so-far throughput (iter/s) after N plan "
@@ -143,10 +143,10 @@ TEST(BenchCommandTest, TinySuiteWritesResultsForEveryRun) {
 
 TEST(BenchCommandTest, PlotsOneImagePerScenarioCurveAndScatter) {
   const std::filesystem::path out = TempDir("plots");
-  CliRun r = Cli({"bench", "--suite", TinySuite(), "--planners", "exact",
-                  "--max-evaluations", "100", "--out", out.string(),
-                  "--plot-script",
-                  std::string(ARACHNE_SOURCE_DIR) + "/bench/plot_results.py"});
+  CliRun r =
+      Cli({"bench", "--suite", TinySuite(), "--planners", "exact",
+           "--max-evaluations", "100", "--out", out.string(), "--plot-script",
+           std::string(ARACHNE_SOURCE_DIR) + "/bench/plot_results.py"});
   ASSERT_EQ(r.code, 0) << r.err;
   if (r.err.find("plots skipped: no python3 with matplotlib") !=
       std::string::npos) {
@@ -163,10 +163,10 @@ TEST(BenchCommandTest, PlotsOneImagePerScenarioCurveAndScatter) {
 
 TEST(BenchCommandTest, ScenarioFilterRunsOnlyTheMatchingScenarios) {
   const std::filesystem::path out = TempDir("filter");
-  CliRun r = Cli({"bench", "--suite", TinySuite(), "--scenarios",
-                  "tiny-n*,tiny-curve", "--planners", "EXACT",
-                  "--max-evaluations", "100", "--out", out.string(),
-                  "--no-plots"});
+  CliRun r =
+      Cli({"bench", "--suite", TinySuite(), "--scenarios", "tiny-n*,tiny-curve",
+           "--planners", "EXACT", "--max-evaluations", "100", "--out",
+           out.string(), "--no-plots"});
   ASSERT_EQ(r.code, 0) << r.err;
   const std::vector<std::string> csv = Lines(ReadFile(out / "results.csv"));
   ASSERT_EQ(csv.size(), 3u);
@@ -214,8 +214,8 @@ TEST(BenchCommandTest, BadInputExitsTwoNamingTheFlagFileOrField) {
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_EQ(r.err, "error: --budget: must be > 0 seconds, got 0\n");
 
-  r = Cli({"bench", "--suite", TinySuite(), "--scenarios", "fig01*", "--out",
-           out});
+  r = Cli(
+      {"bench", "--suite", TinySuite(), "--scenarios", "fig01*", "--out", out});
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_THAT(r.err, HasSubstr("error: --scenarios: \"fig01*\" matches no "
                                "scenario in "));

@@ -59,11 +59,12 @@ std::string ErrorOf(const std::string& text) {
 
 // A minimal valid scenario with `extra` top-level lines and `composition`
 // as its only composition.
-std::string Minimal(const std::string& extra,
-                    const std::string& composition =
-                        "  - label: \"one node (4 GPUs)\"\n"
-                        "    gpus: 4\n"
-                        "    cluster: {nodes: [{name: n0, gpu: A6000, gpus: 4}]}\n") {
+std::string Minimal(
+    const std::string& extra,
+    const std::string& composition =
+        "  - label: \"one node (4 GPUs)\"\n"
+        "    gpus: 4\n"
+        "    cluster: {nodes: [{name: n0, gpu: A6000, gpus: 4}]}\n") {
   return "name: x\nfigure: \"1\"\nmodel: llama3-8b\n" + extra +
          "compositions:\n" + composition;
 }
@@ -161,8 +162,9 @@ TEST(ScenarioIoTest, ErrorsNameTheFileFieldAndValue) {
                 "model nor"));
   EXPECT_EQ(ErrorOf(Minimal("kind: compare\n", " []\n")),
             "s.yaml: compositions: must not be empty");
-  EXPECT_EQ(ErrorOf("name: x\nfigure: \"1\"\nkind: compare\nmodel: llama3-8b\n"),
-            "s.yaml: missing required field \"compositions\"");
+  EXPECT_EQ(
+      ErrorOf("name: x\nfigure: \"1\"\nkind: compare\nmodel: llama3-8b\n"),
+      "s.yaml: missing required field \"compositions\"");
   EXPECT_EQ(ErrorOf(""),
             "s.yaml: is empty; expected a mapping with name, figure, kind, "
             "model and compositions");
@@ -175,14 +177,13 @@ TEST(ScenarioIoTest, CompositionErrorsNameTheCompositionAndClusterField) {
                             "gpus: 4}]}\n")),
             "s.yaml: compositions[0].gpus: must equal the cluster's GPU count "
             "4, got 8");
-  EXPECT_EQ(
-      ErrorOf(Minimal("kind: compare\n",
-                      "  - label: a\n    gpus: 4\n"
-                      "    cluster: {node_groups: [{gpu_typ: A6000, "
-                      "gpus_per_node: 4, count: 1}]}\n")),
-      "s.yaml: compositions[0].cluster: node_groups[0]: unknown field "
-      "\"gpu_typ\" (allowed: gpu, gpus_per_node, count, name_prefix, "
-      "nic_gbps)");
+  EXPECT_EQ(ErrorOf(Minimal("kind: compare\n",
+                            "  - label: a\n    gpus: 4\n"
+                            "    cluster: {node_groups: [{gpu_typ: A6000, "
+                            "gpus_per_node: 4, count: 1}]}\n")),
+            "s.yaml: compositions[0].cluster: node_groups[0]: unknown field "
+            "\"gpu_typ\" (allowed: gpu, gpus_per_node, count, name_prefix, "
+            "nic_gbps)");
   EXPECT_THAT(ErrorOf(Minimal("kind: compare\n",
                               "  - label: a\n    gpus: 4\n"
                               "    cluster: {nodes: [{name: n0, gpu: H300, "
@@ -202,10 +203,11 @@ TEST(ScenarioIoTest, CompositionErrorsNameTheCompositionAndClusterField) {
                             "n, gpu: A6000, gpus: 4}]}}\n")),
             "s.yaml: compositions[1].label: duplicate label \"a\" (also "
             "compositions[0])");
-  EXPECT_EQ(ErrorOf(Minimal("kind: compare\n",
-                            "  - {label: a, gpus: 4, nodes: 1, cluster: {}}\n")),
-            "s.yaml: compositions[0]: unknown field \"nodes\" (allowed: label, "
-            "gpus, cluster)");
+  EXPECT_EQ(
+      ErrorOf(Minimal("kind: compare\n",
+                      "  - {label: a, gpus: 4, nodes: 1, cluster: {}}\n")),
+      "s.yaml: compositions[0]: unknown field \"nodes\" (allowed: label, "
+      "gpus, cluster)");
 }
 
 std::string SuiteDir() {
@@ -293,13 +295,13 @@ TEST(ScenarioSuiteTest, CompositionsMatchTheShippedExampleClusters) {
       LoadScenarioSuite(SuiteDir(), {}, Catalog());
   ASSERT_TRUE(suite.ok()) << suite.status();
   const std::string ex = std::string(ARACHNE_SOURCE_DIR) + "/examples/";
-  const std::vector<std::pair<std::string, std::pair<std::string, int>>>
-      same = {{"paper-512.yaml", {"fig01-llama3-8b", 512}},
-              {"paper-128.yaml", {"fig07e-qwen3-32b", 128}},
-              {"a100-h100-160.yaml", {"fig07a-llama3-8b", 160}},
-              {"nonuniform-ls1.yaml", {"fig07c-llama3-8b", 52}},
-              {"nonuniform-ls1.yaml", {"fig07f-qwen3-32b", 52}},
-              {"testbed-19.yaml", {"testbed-gpt-neo-2.7b", 19}}};
+  const std::vector<std::pair<std::string, std::pair<std::string, int>>> same =
+      {{"paper-512.yaml", {"fig01-llama3-8b", 512}},
+       {"paper-128.yaml", {"fig07e-qwen3-32b", 128}},
+       {"a100-h100-160.yaml", {"fig07a-llama3-8b", 160}},
+       {"nonuniform-ls1.yaml", {"fig07c-llama3-8b", 52}},
+       {"nonuniform-ls1.yaml", {"fig07f-qwen3-32b", 52}},
+       {"testbed-19.yaml", {"testbed-gpt-neo-2.7b", 19}}};
   for (const auto& [file, where] : same) {
     absl::StatusOr<Cluster> example = LoadClusterFile(ex + file, Catalog());
     ASSERT_TRUE(example.ok()) << example.status();
@@ -310,9 +312,8 @@ TEST(ScenarioSuiteTest, CompositionsMatchTheShippedExampleClusters) {
 }
 
 TEST(ScenarioSuiteTest, PatternsSelectByNameAndUnmatchedPatternsAreErrors) {
-  absl::StatusOr<std::vector<Scenario>> suite =
-      LoadScenarioSuite(SuiteDir(), {"fig07[ad]-*", "testbed-gpt-neo-2.7b"},
-                        Catalog());
+  absl::StatusOr<std::vector<Scenario>> suite = LoadScenarioSuite(
+      SuiteDir(), {"fig07[ad]-*", "testbed-gpt-neo-2.7b"}, Catalog());
   ASSERT_TRUE(suite.ok()) << suite.status();
   std::vector<std::string> names;
   for (const Scenario& s : *suite) names.push_back(s.name);
