@@ -446,20 +446,27 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
                     "planners, comma-separated (default: all registered)")
       ->delimiter(',');
   bench->add_option("--budget", bench_flags.options.budget_s,
-                    "search budget per planner run, seconds");
+                    "search budget per planner run, seconds")
+      ->capture_default_str();
   bench->add_option("--max-evaluations", bench_flags.options.max_evaluations,
                     "stop each run after this many plan evaluations (0: no "
-                    "limit; search_curve scenarios set their own)");
+                    "limit; search_curve scenarios set their own)")
+      ->capture_default_str();
   bench->add_option("--jobs", bench_flags.options.jobs,
-                    "planner runs in parallel (0: one per hardware thread)");
+                    "planner runs in parallel (0: one per hardware thread)")
+      ->capture_default_str();
   bench->add_option("--max-depth", bench_flags.options.max_depth,
-                    "deepest pipeline (Dmax)");
+                    "deepest pipeline (Dmax)")
+      ->capture_default_str();
   bench->add_option("--max-templates", bench_flags.options.max_templates,
-                    "most templates per plan");
-  bench->add_option("--seed", bench_flags.options.seed, "planner seed");
+                    "most templates per plan")
+      ->capture_default_str();
+  bench->add_option("--seed", bench_flags.options.seed, "planner seed")
+      ->capture_default_str();
   bench->add_option("--profiles-dir", bench_flags.options.profiles_dir,
                     "override profiles/ data");
-  bench->add_option("--out", bench_flags.out_dir, "output directory");
+  bench->add_option("--out", bench_flags.out_dir, "output directory")
+      ->capture_default_str();
   bench->add_option("--plot-script", bench_flags.plot_script,
                     "plotting script (default: plot_results.py beside the "
                     "suite directory)");
