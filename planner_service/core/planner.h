@@ -3,6 +3,7 @@
 #ifndef ARACHNE_PLANNER_SERVICE_CORE_PLANNER_H_
 #define ARACHNE_PLANNER_SERVICE_CORE_PLANNER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,6 +41,10 @@ struct PlannerOptions {
   int max_templates = 3;
   uint64_t seed = 1;
   const Clock* clock = nullptr;  // nullptr: real time
+  // Set by another thread (a cancelled RPC) to stop the search; the planner
+  // then returns its best plan so far like on an exhausted budget. May be
+  // null; must outlive the run.
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 // One improvement of a planner's best plan: after `evaluations` plans priced
@@ -54,6 +59,7 @@ struct PlannerStats {
   int64_t evaluations = 0;  // plans priced by the cost model
   int64_t templates_tried = 0;
   bool exhaustive = false;  // the whole space was searched
+  bool cancelled = false;   // stopped by PlannerOptions::cancelled
   double wall_s = 0;
   // Every improvement of the best plan, in order (Figure 11's curves).
   std::vector<ProgressPoint> progress;

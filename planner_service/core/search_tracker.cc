@@ -24,6 +24,10 @@ bool SearchTracker::OutOfBudget() {
   if (options_.max_evaluations > 0 &&
       evaluations_ >= options_.max_evaluations) {
     stopped_ = true;
+  } else if (options_.cancelled != nullptr &&
+             options_.cancelled->load(std::memory_order_relaxed)) {
+    stopped_ = true;
+    cancelled_ = true;
   } else if (clock_.Now() >= deadline_) {
     stopped_ = true;
   }
@@ -55,6 +59,11 @@ double SearchTracker::elapsed_s() const {
 
 absl::StatusOr<PlanResult> SearchTracker::Finish(const std::string& name,
                                                  bool exhaustive) const {
+  if (!found() && cancelled_) {
+    return absl::CancelledError(
+        absl::StrCat(name, ": cancelled after ", evaluations_,
+                     " plan evaluations, before any plan was found"));
+  }
   if (!found()) {
     const std::string why = ExplainNoFit(cm_);
     return absl::FailedPreconditionError(absl::StrCat(
@@ -79,6 +88,7 @@ absl::StatusOr<PlanResult> SearchTracker::Finish(const std::string& name,
   result.stats.exhaustive = exhaustive && !stopped_;
   result.stats.wall_s = elapsed_s();
   result.stats.progress = progress_;
+  result.stats.cancelled = cancelled_;
   return result;
 }
 

@@ -24,6 +24,8 @@ class SearchTracker {
   // true afterwards so nested loops unwind.
   bool OutOfBudget();
   bool stopped() const { return stopped_; }
+  // True when the search stopped because options.cancelled was set.
+  bool cancelled() const { return cancelled_; }
 
   // The evaluation counter, for code (auto-fill) that prices plans itself.
   int64_t* evaluation_counter() { return &evaluations_; }
@@ -60,7 +62,7 @@ class SearchTracker {
   Plan best_;
   double best_time_ = kInfeasible;
   int64_t evaluations_ = 0, templates_tried_ = 0;
-  bool stopped_ = false;
+  bool stopped_ = false, cancelled_ = false;
   std::string last_failure_;
   std::vector<ProgressPoint> progress_;
 };

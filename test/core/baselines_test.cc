@@ -323,3 +323,25 @@ nodes:
 
 }  // namespace
 }  // namespace arachne
+
+namespace arachne {
+namespace {
+
+TEST(Baselines, CancelledSearchStopsAndSaysSo) {
+  auto ctx = Context("llama3-8b", kTwoTypes32);
+  std::atomic<bool> cancelled{true};
+  for (const std::string& name : PlannerNames()) {
+    PlannerOptions o;
+    o.budget = absl::Hours(1);
+    o.cancelled = &cancelled;
+    absl::StatusOr<PlanResult> r =
+        MakePlanner(name).value()->Run(ctx->cost_model(), o);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << name;
+    EXPECT_THAT(r.status().message(),
+                HasSubstr("cancelled after 0 plan evaluations"))
+        << name;
+  }
+}
+
+}  // namespace
+}  // namespace arachne
