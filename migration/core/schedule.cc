@@ -100,12 +100,17 @@ std::vector<Piece> CutPieces(const std::vector<const MigrationTuple*>& tuples,
   return pieces;
 }
 
-// Greedy open-shop rounds: each round takes pieces in order of how loaded
-// their busiest resource still is, skipping any whose resource is taken.
+// Greedy open-shop rounds. A round admits pieces in order of how loaded
+// their busiest resource still is; a piece needs its sender's send side and
+// its receiver's receive side free, and room on its NICs: a NIC's pieces in
+// one round share its bandwidth, so they may add up to one quantum (a NIC
+// idle so far in the round takes any piece).
 std::vector<Round> ScheduleStage(std::vector<const MigrationTuple*> tuples,
                                  const MigrationWorld& world,
-                                 const ScheduleOptions& options) {
+                                 const ScheduleOptions& options,
+                                 double* lower_bound_s) {
   std::vector<Round> rounds;
+  *lower_bound_s = 0;
   if (tuples.empty()) return rounds;
   Resources res(world);
   const double lb = [&] {
@@ -113,8 +118,9 @@ std::vector<Round> ScheduleStage(std::vector<const MigrationTuple*> tuples,
     for (const MigrationTuple* t : tuples) copy.push_back(*t);
     return LowerBoundSeconds(copy, world);
   }();
-  std::vector<Piece> pieces = CutPieces(
-      tuples, world, res, lb / std::max(1, options.target_rounds), options);
+  *lower_bound_s = lb;
+  const double quantum = lb / std::max(1, options.target_rounds);
+  std::vector<Piece> pieces = CutPieces(tuples, world, res, quantum, options);
   for (const Piece& p : pieces) {
     for (int r : p.resources) {
       if (r >= 0) res.load[r] += p.time;
@@ -123,7 +129,7 @@ std::vector<Round> ScheduleStage(std::vector<const MigrationTuple*> tuples,
   std::vector<double> priority(pieces.size());
   std::vector<int> remaining(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) remaining[i] = static_cast<int>(i);
-  std::vector<char> busy(res.load.size());
+  std::vector<double> in_round(res.load.size());
   while (!remaining.empty()) {
     for (int i : remaining) {
       double p = 0;
@@ -136,22 +142,26 @@ std::vector<Round> ScheduleStage(std::vector<const MigrationTuple*> tuples,
       return std::make_tuple(-priority[a], -pieces[a].time, pieces[a].order) <
              std::make_tuple(-priority[b], -pieces[b].time, pieces[b].order);
     });
-    std::fill(busy.begin(), busy.end(), 0);
+    std::fill(in_round.begin(), in_round.end(), 0.0);
     Round round;
     std::vector<int> left;
     for (int i : remaining) {
       const Piece& p = pieces[i];
-      bool free = true;
-      for (int r : p.resources) {
-        if (r >= 0 && busy[r]) free = false;
+      bool fits = in_round[p.resources[0]] == 0 && in_round[p.resources[1]] == 0;
+      for (int k = 2; k < 4 && fits; ++k) {
+        const int r = p.resources[k];
+        if (r >= 0 && in_round[r] > 0 &&
+            in_round[r] + p.time > quantum * (1 + 1e-9)) {
+          fits = false;
+        }
       }
-      if (!free) {
+      if (!fits) {
         left.push_back(i);
         continue;
       }
       for (int r : p.resources) {
         if (r >= 0) {
-          busy[r] = 1;
+          in_round[r] += p.time;
           res.load[r] -= p.time;
         }
       }
@@ -160,9 +170,9 @@ std::vector<Round> ScheduleStage(std::vector<const MigrationTuple*> tuples,
                                  .segments = std::move(pieces[i].segments),
                                  .bytes = p.bytes,
                                  .estimated_s = p.time});
-      round.estimated_s = std::max(round.estimated_s, p.time);
     }
     CHECK(!round.transfers.empty());
+    for (double l : in_round) round.estimated_s = std::max(round.estimated_s, l);
     round.estimated_s += options.round_latency_s;
     std::sort(round.transfers.begin(), round.transfers.end(),
               [](const Transfer& a, const Transfer& b) {
@@ -209,8 +219,8 @@ MigrationSchedule BuildSchedule(const StateDiff& diff,
                      });
   }
   MigrationSchedule s;
-  s.stage1 = ScheduleStage(by_stage[0], world, options);
-  s.stage2 = ScheduleStage(by_stage[1], world, options);
+  s.stage1 = ScheduleStage(by_stage[0], world, options, &s.stage1_bound_s);
+  s.stage2 = ScheduleStage(by_stage[1], world, options, &s.stage2_bound_s);
   for (const Round& r : s.stage1) s.stage1_s += r.estimated_s;
   for (const Round& r : s.stage2) s.stage2_s += r.estimated_s;
   s.makespan_s = s.stage1_s + s.stage2_s;

@@ -3,17 +3,19 @@
 // Stage 1 runs the tuples whose sender and receiver lie in one pipeline
 // replica of the new plan (all pipelines at once); stage 2 runs the rest.
 // Each stage is a sequence of rounds. In a round every rank sends to at most
-// one peer and receives from at most one, and every node's NIC carries at
-// most one transfer each way, so both ends of a transfer know its peer and
-// size in advance (what NCCL point-to-point needs) and nothing can deadlock.
-// A transfer carries the bytes of several tuples between one pair, cut into
-// pieces of about equal link time, so rounds stay short and even.
+// one peer and receives from at most one, so both ends of a transfer know its
+// peer and size in advance (what NCCL point-to-point needs) and nothing can
+// deadlock. A transfer carries the bytes of several tuples between one pair;
+// pair streams are cut into pieces of about one quantum of link time
+// (stage lower bound / target_rounds), so rounds stay short and even.
 //
-// Cost model: a transfer takes bytes / BytesPerSecond(sender, receiver) (an
-// inter-node transfer has its NICs to itself in its round); a round takes its
-// slowest transfer plus a fixed latency; a stage is the sum of its rounds.
-// The lower bound is the busiest resource over both stages: a GPU's sends or
-// receives (one at a time) or a node's NIC in either direction.
+// Cost model: alone, a transfer takes bytes / BytesPerSecond(sender,
+// receiver). The inter-node transfers of a round that pass one NIC share its
+// bandwidth. A round takes the longest of: each GPU's transfer on its
+// intra-node link, each NIC's bytes (either direction) over its bandwidth;
+// plus a fixed latency. A stage is the sum of its rounds. The lower bound is
+// the busiest resource over both stages: a GPU's sends or receives (one at a
+// time) or a node's NIC in either direction.
 //
 // Deterministic: the same diff, world and options give the same schedule on
 // every rank (no randomness, no hash-order iteration, ties broken by rank).
@@ -70,6 +72,8 @@ struct MigrationSchedule {
   double stage2_s = 0;
   double makespan_s = 0;     // stage1_s + stage2_s
   double lower_bound_s = 0;  // over both stages; see the file comment
+  double stage1_bound_s = 0;  // the same over each stage's tuples alone
+  double stage2_bound_s = 0;
   int64_t bytes = 0;
   double ratio() const {
     return lower_bound_s > 0 ? makespan_s / lower_bound_s : 1.0;
