@@ -1,4 +1,5 @@
 // The transport conformance suite on Gloo over loopback TCP.
+#include "gmock/gmock.h"
 #include "test/migration/transport_conformance.h"
 
 #ifdef ARACHNE_HAVE_GLOO
@@ -31,3 +32,25 @@ TEST(GlooFactoryTest, RejectsARankOutsideTheWorld) {
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TransportConformanceTest);
 TEST(GlooFactoryTest, NotBuilt) { GTEST_SKIP() << "built without Gloo"; }
 #endif
+
+#include "migration/transports.h"
+
+namespace arachne::migration {
+namespace {
+
+TEST(TransportRegistryTest, NamesTheBuiltInTransports) {
+  const std::vector<std::string> names = TransportNames();
+#ifdef ARACHNE_HAVE_GLOO
+  EXPECT_EQ(names.back(), "gloo");
+  auto gloo = MakeTransportFactory("gloo");
+  ASSERT_TRUE(gloo.ok());
+  EXPECT_EQ((*gloo)->name(), "gloo");
+#endif
+  auto bad = MakeTransportFactory("mpi");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::StartsWith("unknown transport 'mpi'; built in: ["));
+}
+
+}  // namespace
+}  // namespace arachne::migration
