@@ -101,10 +101,11 @@ std::vector<Piece> CutPieces(const std::vector<const MigrationTuple*>& tuples,
 }
 
 // Greedy open-shop rounds. A round admits pieces in order of how loaded
-// their busiest resource still is; a piece needs its sender's send side and
-// its receiver's receive side free, and room on its NICs: a NIC's pieces in
-// one round share its bandwidth, so they may add up to one quantum (a NIC
-// idle so far in the round takes any piece).
+// their busiest resource still is. A GPU sends to one peer and receives from
+// one per round, but may take several pieces of that one pair (merged into
+// one transfer); every resource holds up to one quantum of link time per
+// round, and a NIC's pieces share its bandwidth. A resource idle so far in
+// the round takes any piece, so oversized pieces still progress.
 std::vector<Round> ScheduleStage(std::vector<const MigrationTuple*> tuples,
                                  const MigrationWorld& world,
                                  const ScheduleOptions& options,
@@ -120,7 +121,9 @@ std::vector<Round> ScheduleStage(std::vector<const MigrationTuple*> tuples,
   }();
   *lower_bound_s = lb;
   const double quantum = lb / std::max(1, options.target_rounds);
-  std::vector<Piece> pieces = CutPieces(tuples, world, res, quantum, options);
+  std::vector<Piece> pieces = CutPieces(
+      tuples, world, res, quantum / std::max(1, options.pieces_per_quantum),
+      options);
   for (const Piece& p : pieces) {
     for (int r : p.resources) {
       if (r >= 0) res.load[r] += p.time;
@@ -130,6 +133,8 @@ std::vector<Round> ScheduleStage(std::vector<const MigrationTuple*> tuples,
   std::vector<int> remaining(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) remaining[i] = static_cast<int>(i);
   std::vector<double> in_round(res.load.size());
+  std::vector<int> send_peer(world.size()), recv_peer(world.size());
+  const double cap = quantum * (1 + 1e-9);
   while (!remaining.empty()) {
     for (int i : remaining) {
       double p = 0;
@@ -143,15 +148,16 @@ std::vector<Round> ScheduleStage(std::vector<const MigrationTuple*> tuples,
              std::make_tuple(-priority[b], -pieces[b].time, pieces[b].order);
     });
     std::fill(in_round.begin(), in_round.end(), 0.0);
-    Round round;
-    std::vector<int> left;
+    std::fill(send_peer.begin(), send_peer.end(), -1);
+    std::fill(recv_peer.begin(), recv_peer.end(), -1);
+    std::vector<int> taken, left;
     for (int i : remaining) {
       const Piece& p = pieces[i];
-      bool fits = in_round[p.resources[0]] == 0 && in_round[p.resources[1]] == 0;
-      for (int k = 2; k < 4 && fits; ++k) {
+      bool fits = (send_peer[p.sender] < 0 || send_peer[p.sender] == p.receiver) &&
+                  (recv_peer[p.receiver] < 0 || recv_peer[p.receiver] == p.sender);
+      for (int k = 0; k < 4 && fits; ++k) {
         const int r = p.resources[k];
-        if (r >= 0 && in_round[r] > 0 &&
-            in_round[r] + p.time > quantum * (1 + 1e-9)) {
+        if (r >= 0 && in_round[r] > 0 && in_round[r] + p.time > cap) {
           fits = false;
         }
       }
@@ -159,25 +165,42 @@ std::vector<Round> ScheduleStage(std::vector<const MigrationTuple*> tuples,
         left.push_back(i);
         continue;
       }
+      send_peer[p.sender] = p.receiver;
+      recv_peer[p.receiver] = p.sender;
       for (int r : p.resources) {
         if (r >= 0) {
           in_round[r] += p.time;
           res.load[r] -= p.time;
         }
       }
-      round.transfers.push_back({.sender = p.sender,
-                                 .receiver = p.receiver,
-                                 .segments = std::move(pieces[i].segments),
-                                 .bytes = p.bytes,
-                                 .estimated_s = p.time});
+      taken.push_back(i);
     }
-    CHECK(!round.transfers.empty());
+    CHECK(!taken.empty());
+    // One transfer per pair, its pieces in stream order.
+    std::sort(taken.begin(), taken.end(), [&](int a, int b) {
+      return std::make_tuple(pieces[a].sender, pieces[a].order) <
+             std::make_tuple(pieces[b].sender, pieces[b].order);
+    });
+    Round round;
+    for (int i : taken) {
+      Piece& p = pieces[i];
+      if (round.transfers.empty() || round.transfers.back().sender != p.sender) {
+        round.transfers.push_back({.sender = p.sender, .receiver = p.receiver});
+      }
+      Transfer& t = round.transfers.back();
+      for (TransferSegment& seg : p.segments) {
+        if (!t.segments.empty() && t.segments.back().tensor == seg.tensor &&
+            t.segments.back().range.end == seg.range.begin) {
+          t.segments.back().range.end = seg.range.end;
+        } else {
+          t.segments.push_back(seg);
+        }
+      }
+      t.bytes += p.bytes;
+      t.estimated_s += p.time;
+    }
     for (double l : in_round) round.estimated_s = std::max(round.estimated_s, l);
     round.estimated_s += options.round_latency_s;
-    std::sort(round.transfers.begin(), round.transfers.end(),
-              [](const Transfer& a, const Transfer& b) {
-                return a.sender < b.sender;
-              });
     rounds.push_back(std::move(round));
     remaining = std::move(left);
   }

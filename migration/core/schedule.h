@@ -59,6 +59,9 @@ struct ScheduleOptions {
   // Pieces are cut to about (stage lower bound / target_rounds) seconds of
   // link time; more rounds balance better but pay more per-round latency.
   int target_rounds = 64;
+  // Pieces are a fraction of a quantum, so a round can pack several (of
+  // one pair, or through one NIC) and fill its busiest links.
+  int pieces_per_quantum = 4;
   // No piece is cut smaller than this (unless its tuple is smaller).
   int64_t min_piece_bytes = int64_t{1} << 20;
   // Fixed cost of a round (launch, synchronisation), seconds.
