@@ -1,6 +1,7 @@
 #include "migration/core/diff.h"
 
 #include <algorithm>
+#include <array>
 #include <tuple>
 #include <utility>
 
@@ -84,6 +85,48 @@ class SenderLoad {
   const MigrationWorld& world_;
   std::vector<double> gpu_s_;
   std::vector<double> nic_s_;
+};
+
+// Per-stage resource loads (a GPU's sends, its receives, a NIC each way),
+// as the schedule's lower bound counts them. The two stages run one after
+// the other, so the makespan is at least the sum of their busiest
+// resources; a sender that keeps that sum lower is preferred.
+class StageLoad {
+ public:
+  explicit StageLoad(const MigrationWorld& world) : world_(world) {
+    for (auto& l : load_) l.assign(2 * world.size() + 2 * world.num_nodes(), 0);
+  }
+  // Sum of both stages' busiest resources with this transfer in `stage`.
+  double SumIfAdded(int stage, int sender, int receiver, int64_t bytes) const {
+    const double t = bytes / world_.BytesPerSecond(sender, receiver);
+    const auto& l = load_[stage - 1];
+    double m = max_[stage - 1];
+    for (int r : Resources(sender, receiver)) {
+      if (r >= 0) m = std::max(m, l[r] + t);
+    }
+    return m + max_[2 - stage];
+  }
+  void Add(int stage, int sender, int receiver, int64_t bytes) {
+    const double t = bytes / world_.BytesPerSecond(sender, receiver);
+    auto& l = load_[stage - 1];
+    for (int r : Resources(sender, receiver)) {
+      if (r >= 0) {
+        l[r] += t;
+        max_[stage - 1] = std::max(max_[stage - 1], l[r]);
+      }
+    }
+  }
+
+ private:
+  std::array<int, 4> Resources(int sender, int receiver) const {
+    const int w = world_.size(), n = world_.num_nodes();
+    if (world_.SameNode(sender, receiver)) return {sender, w + receiver, -1, -1};
+    return {sender, w + receiver, 2 * w + world_.node_of(sender),
+            2 * w + n + world_.node_of(receiver)};
+  }
+  const MigrationWorld& world_;
+  std::array<std::vector<double>, 2> load_;
+  std::array<double, 2> max_ = {0, 0};
 };
 
 // `range` minus `cut` (at most two pieces).
@@ -234,6 +277,7 @@ absl::StatusOr<StateDiff> ComputeDiff(const ModelState& state,
                            b.range.begin);
   });
   SenderLoad load(world);
+  StageLoad stages(world);
   for (const Need& need : needs) {
     std::vector<int> best;
     for (int c : need.candidates) {
@@ -251,12 +295,19 @@ absl::StatusOr<StateDiff> ComputeDiff(const ModelState& state,
       const ByteRange part{
           need.range.begin + need.range.size() * p / parts,
           need.range.begin + need.range.size() * (p + 1) / parts};
-      // Least loaded: busiest resource first, then the GPU's own sends (GPUs
-      // behind one NIC tie on the first), then the lower rank.
+      // Least loaded: the sum of the stages' busiest resources first, then
+      // the sender's busiest resource, then its own sends (GPUs behind one
+      // NIC tie on the second), then the lower rank.
+      auto stage_of = [&](int sender) {
+        return pipeline[sender] >= 0 && pipeline[sender] == pipeline[need.receiver]
+                   ? 1
+                   : 2;
+      };
       int chosen = -1;
-      std::pair<double, double> chosen_score;
+      std::tuple<double, double, double> chosen_score;
       for (int c : best) {
-        const std::pair<double, double> score = {
+        const std::tuple<double, double, double> score = {
+            stages.SumIfAdded(stage_of(c), c, need.receiver, part.size()),
             load.ScoreIfAdded(c, need.receiver, part.size()),
             load.gpu_seconds(c)};
         if (chosen < 0 || score < chosen_score) {
@@ -265,15 +316,12 @@ absl::StatusOr<StateDiff> ComputeDiff(const ModelState& state,
         }
       }
       load.Add(chosen, need.receiver, part.size());
+      stages.Add(stage_of(chosen), chosen, need.receiver, part.size());
       MigrationTuple t{.sender = chosen,
                        .receiver = need.receiver,
                        .tensor = need.tensor,
                        .range = part,
-                       .stage = pipeline[chosen] >= 0 &&
-                                        pipeline[chosen] ==
-                                            pipeline[need.receiver]
-                                    ? 1
-                                    : 2};
+                       .stage = stage_of(chosen)};
       MigrationTuple* last = diff.tuples.empty() ? nullptr : &diff.tuples.back();
       if (p > 0 && last->sender == t.sender && last->range.end == part.begin) {
         last->range.end = part.end;
