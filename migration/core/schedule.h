@@ -45,19 +45,20 @@ struct Transfer {
   int receiver = 0;
   std::vector<TransferSegment> segments;
   int64_t bytes = 0;
-  double estimated_s = 0;
+  double estimated_s = 0;  // bytes over the pair's link, alone on it
   friend bool operator==(const Transfer&, const Transfer&) = default;
 };
 
 struct Round {
   std::vector<Transfer> transfers;  // sorted by sender
-  double estimated_s = 0;
+  double estimated_s = 0;  // its busiest resource (see the file comment)
   friend bool operator==(const Round&, const Round&) = default;
 };
 
 struct ScheduleOptions {
-  // Pieces are cut to about (stage lower bound / target_rounds) seconds of
-  // link time; more rounds balance better but pay more per-round latency.
+  // A round holds about one quantum = (stage lower bound / target_rounds)
+  // seconds of link time per resource; more rounds balance better but pay
+  // more per-round latency.
   int target_rounds = 64;
   // Pieces are a fraction of a quantum, so a round can pack several (of
   // one pair, or through one NIC) and fill its busiest links.
