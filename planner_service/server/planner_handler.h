@@ -1,0 +1,121 @@
+// The planning service's handler interface, in the project's own types: no
+// protobuf or gRPC here, so the implementation is testable without a server
+// and the RPC glue (planner_service.h) only converts messages.
+//
+// Plans cross this interface in the CLI's plan JSON format (plan_io.h,
+// docs/formats.md), the one serialization `arachne plan` and `arachne
+// evaluate` use, so the service and the CLI cannot drift apart.
+#ifndef ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_H_
+#define ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model.h"
+
+namespace arachne {
+
+// A node as a client names it; resolved against the GPU catalog by the
+// handler.
+struct NodeSpec {
+  std::string name;    // "" = "node-<index>"
+  std::string gpu;     // GPU type id or alias
+  int gpus = 0;
+  double nic_gbps = 0;  // 0 = ClusterSpec::inter_node_gbps
+};
+
+struct ClusterSpec {
+  double inter_node_gbps = 0;  // 0 = kDefaultInterNodeGbps
+  std::vector<NodeSpec> nodes;
+};
+
+// A catalog model by name, or a Hugging Face config.json text named `name`.
+struct ModelRef {
+  std::string name;
+  std::string hf_config_json;
+};
+
+// Training settings as a client gives them: 0 / "" take the defaults of
+// TrainingConfig.
+struct TrainingSpec {
+  int seq_len = 0;
+  int global_batch = 0;
+  std::string precision;
+  std::string recompute;
+  bool distributed_optimizer = false;
+};
+
+enum class PlanObjective { kThroughput, kUsdPerToken };
+
+struct PlanQuery {
+  ModelRef model;
+  TrainingSpec training;
+  ClusterSpec cluster;
+  std::string planner;       // "" = "exact"
+  double budget_s = 0;       // 0 = the handler's default
+  int64_t max_evaluations = 0;
+  uint64_t seed = 0;         // 0 = 1
+  int max_depth = 0;         // 0 = 16
+  int max_templates = 0;     // 0 = 3
+  PlanObjective objective = PlanObjective::kThroughput;
+  // When the caller stops waiting: the search budget is capped so that the
+  // answer (the best plan so far) is ready before it.
+  absl::Time deadline = absl::InfiniteFuture();
+  // Set by another thread when the caller goes away; stops the search. May
+  // be null; must outlive the call.
+  const std::atomic<bool>* cancelled = nullptr;
+  std::string request_id;  // for logs
+};
+
+struct PlanAnswer {
+  // The plan and its prediction in the CLI's plan JSON format.
+  nlohmann::json plan;
+  std::string planner;
+  double planning_time_s = 0;
+  int64_t evaluations = 0;
+  bool exhaustive = false;
+  bool stopped_early = false;  // by the deadline or a cancellation
+};
+
+struct EvaluateQuery {
+  ModelRef model;
+  TrainingSpec training;
+  ClusterSpec cluster;
+  nlohmann::json plan;  // the CLI's plan JSON (only `templates` is read)
+  std::string request_id;
+};
+
+struct EvaluateAnswer {
+  nlohmann::json plan;  // the plan with its prediction, CLI plan JSON
+};
+
+// Thread-safe: every method may be called concurrently.
+class PlannerHandler {
+ public:
+  virtual ~PlannerHandler() = default;
+
+  // Best plan for the query. InvalidArgument naming the field for bad input
+  // ("cluster.nodes[2].gpu: unknown GPU type \"X\" ..."), FailedPrecondition
+  // saying why when the model fits on no plan, Unimplemented for the
+  // USD_PER_TOKEN objective, DeadlineExceeded when the deadline or a
+  // cancellation came before any plan was found.
+  virtual absl::StatusOr<PlanAnswer> Plan(const PlanQuery& query) = 0;
+
+  // Prediction of the query's plan. InvalidArgument naming the field for a
+  // malformed plan or one that references absent nodes or GPUs;
+  // FailedPrecondition for a well-formed plan that does not fit.
+  virtual absl::StatusOr<EvaluateAnswer> Evaluate(const EvaluateQuery& query) = 0;
+
+  virtual absl::StatusOr<std::vector<ModelSpec>> ListModels() = 0;
+  virtual absl::StatusOr<std::vector<GpuType>> ListGpuTypes() = 0;
+};
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_H_

@@ -1,0 +1,296 @@
+#include "planner_service/server/planner_handler_impl.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+#include "planner_service/core/cluster.h"
+#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/planner.h"
+#include "planner_service/core/planners.h"
+#include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/model_io.h"
+#include "planner_service/io/plan_io.h"
+#include "planner_service/io/planning_context.h"
+
+namespace arachne {
+namespace {
+
+// Keeps the code, puts `prefix` (a field path) before the message.
+absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
+  return absl::Status(s.code(), absl::StrCat(prefix, ": ", s.message()));
+}
+
+constexpr int kMaxDepthLimit = 64;
+constexpr int kMaxTemplatesLimit = 16;
+// Time kept back from the caller's deadline to serialize and send the answer.
+constexpr absl::Duration kDeadlineReserve = absl::Milliseconds(20);
+
+}  // namespace
+
+absl::StatusOr<TrainingConfig> ResolveTraining(const TrainingSpec& spec) {
+  TrainingConfig t;
+  if (spec.seq_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.seq_len: must be > 0 (or 0 for the default), got ",
+        spec.seq_len));
+  }
+  if (spec.global_batch < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.global_batch: must be > 0 (or 0 for the default), got ",
+        spec.global_batch));
+  }
+  if (spec.seq_len > 0) t.seq_len = spec.seq_len;
+  if (spec.global_batch > 0) t.global_batch = spec.global_batch;
+  if (!spec.precision.empty()) {
+    absl::StatusOr<Precision> p = ParsePrecision(spec.precision);
+    if (!p.ok()) return Prefixed(p.status(), "training.precision");
+    t.precision = *p;
+  }
+  if (!spec.recompute.empty()) {
+    absl::StatusOr<Recompute> r = ParseRecompute(spec.recompute);
+    if (!r.ok()) return Prefixed(r.status(), "training.recompute");
+    t.recompute = *r;
+  }
+  t.distributed_optimizer = spec.distributed_optimizer;
+  if (absl::Status s = t.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training: ", s.message()));
+  }
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<PlannerHandlerImpl>> PlannerHandlerImpl::Create(
+    const PlannerHandlerConfig& config) {
+  if (config.default_budget <= absl::ZeroDuration() ||
+      config.max_budget < config.default_budget) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "budgets: need 0 < default (", absl::FormatDuration(config.default_budget),
+        ") <= max (", absl::FormatDuration(config.max_budget), ")"));
+  }
+  absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(config.profiles_dir);
+  if (!catalog.ok()) return catalog.status();
+  absl::StatusOr<std::vector<ModelSpec>> models =
+      LoadModelCatalog(config.profiles_dir);
+  if (!models.ok()) return models.status();
+  return std::unique_ptr<PlannerHandlerImpl>(new PlannerHandlerImpl(
+      config, *std::move(catalog), *std::move(models)));
+}
+
+absl::StatusOr<Cluster> PlannerHandlerImpl::ResolveCluster(
+    const ClusterSpec& spec) const {
+  if (spec.inter_node_gbps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cluster.inter_node_gbps: must be > 0 (or 0 for the default), got ",
+        spec.inter_node_gbps));
+  }
+  if (spec.nodes.empty()) {
+    return absl::InvalidArgumentError("cluster.nodes: the cluster is empty");
+  }
+  const double inter =
+      spec.inter_node_gbps > 0 ? spec.inter_node_gbps : kDefaultInterNodeGbps;
+  std::vector<Node> nodes;
+  nodes.reserve(spec.nodes.size());
+  for (size_t i = 0; i < spec.nodes.size(); ++i) {
+    const NodeSpec& n = spec.nodes[i];
+    const std::string field = absl::StrCat("cluster.nodes[", i, "]");
+    absl::StatusOr<int> type = catalog_.IndexOf(n.gpu);
+    if (!type.ok()) {
+      std::vector<std::string> ids;
+      for (const GpuType& t : catalog_.types()) ids.push_back(t.id);
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".gpu: unknown GPU type \"", n.gpu,
+                       "\" (known: ", absl::StrJoin(ids, ", "), ")"));
+    }
+    if (n.gpus <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".gpus: must be > 0, got ", n.gpus));
+    }
+    if (n.nic_gbps < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".nic_gbps: must be > 0 (or 0 for inter_node_gbps), got ",
+          n.nic_gbps));
+    }
+    Node node;
+    node.name = n.name.empty() ? absl::StrCat("node-", i) : n.name;
+    node.gpu_type = *type;
+    node.num_gpus = n.gpus;
+    node.nic_gbps = n.nic_gbps > 0 ? n.nic_gbps : inter;
+    nodes.push_back(std::move(node));
+  }
+  absl::StatusOr<Cluster> cluster = Cluster::Create(std::move(nodes), catalog_);
+  if (!cluster.ok()) {
+    // Core's messages already name the node ("cluster: ..."); keep the code
+    // InvalidArgument whatever core chose, since the input is the client's.
+    return absl::InvalidArgumentError(cluster.status().message());
+  }
+  return cluster;
+}
+
+absl::StatusOr<ModelSpec> PlannerHandlerImpl::ResolveModel(
+    const ModelRef& ref) const {
+  if (!ref.hf_config_json.empty()) {
+    nlohmann::json config =
+        nlohmann::json::parse(ref.hf_config_json, nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded() || !config.is_object()) {
+      return absl::InvalidArgumentError(
+          "model.hf_config_json: not a JSON object");
+    }
+    const std::string name = ref.name.empty() ? "custom" : ref.name;
+    absl::StatusOr<ModelSpec> m = ModelFromHfConfig(config, name);
+    if (!m.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.hf_config_json: ", m.status().message()));
+    }
+    return m;
+  }
+  // Catalog names only: unlike the CLI's --model, the service never reads a
+  // path on the server's disk.
+  for (const ModelSpec& m : models_) {
+    if (absl::EqualsIgnoreCase(m.name, ref.name)) return m;
+  }
+  std::vector<std::string> names;
+  for (const ModelSpec& m : models_) names.push_back(m.name);
+  return absl::InvalidArgumentError(
+      absl::StrCat("model.name: unknown model \"", ref.name,
+                   "\" (known: ", absl::StrJoin(names, ", "),
+                   "; or give model.hf_config_json)"));
+}
+
+absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
+  const absl::Time start = absl::Now();
+  if (q.objective == PlanObjective::kUsdPerToken) {
+    return absl::UnimplementedError(
+        "options.objective: USD_PER_TOKEN is not implemented yet; use "
+        "THROUGHPUT");
+  }
+  const std::string planner_name = q.planner.empty() ? "exact" : q.planner;
+  absl::StatusOr<std::unique_ptr<Planner>> planner = MakePlanner(planner_name);
+  if (!planner.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.planner: ", planner.status().message()));
+  }
+  if (q.budget_s < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.budget_s: must be > 0 (or 0 for the default), got ",
+        q.budget_s));
+  }
+  if (q.max_evaluations < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.max_evaluations: must be >= 0, got ", q.max_evaluations));
+  }
+  if (q.max_depth < 0 || q.max_depth > kMaxDepthLimit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.max_depth: must be in 1..", kMaxDepthLimit,
+                     " (or 0 for the default), got ", q.max_depth));
+  }
+  if (q.max_templates < 0 || q.max_templates > kMaxTemplatesLimit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.max_templates: must be in 1..",
+                     kMaxTemplatesLimit, " (or 0 for the default), got ",
+                     q.max_templates));
+  }
+  absl::StatusOr<ModelSpec> model = ResolveModel(q.model);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<TrainingConfig> training = ResolveTraining(q.training);
+  if (!training.ok()) return training.status();
+  absl::StatusOr<Cluster> cluster = ResolveCluster(q.cluster);
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
+      PlanningContext::Create(catalog_, *model, *training, *cluster,
+                              config_.profiles_dir);
+  if (!ctx.ok()) return ctx.status();
+
+  PlannerOptions options;
+  absl::Duration budget = q.budget_s > 0 ? absl::Seconds(q.budget_s)
+                                         : config_.default_budget;
+  budget = std::min(budget, config_.max_budget);
+  bool budget_from_deadline = false;
+  if (q.deadline != absl::InfiniteFuture()) {
+    const absl::Duration left = q.deadline - absl::Now() - kDeadlineReserve;
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          "deadline reached before the search could start");
+    }
+    if (left < budget) {
+      budget = left;
+      budget_from_deadline = true;
+    }
+  }
+  options.budget = budget;
+  options.max_evaluations = q.max_evaluations;
+  if (q.seed != 0) options.seed = q.seed;
+  if (q.max_depth > 0) options.max_depth = q.max_depth;
+  if (q.max_templates > 0) options.max_templates = q.max_templates;
+  options.cancelled = q.cancelled;
+
+  absl::StatusOr<PlanResult> result = (*planner)->Run((*ctx)->cost_model(), options);
+  const bool cancelled = q.cancelled != nullptr && q.cancelled->load();
+  const bool out_of_time =
+      budget_from_deadline && absl::Now() - start >= budget;
+  if (!result.ok()) {
+    // No plan yet when the caller stopped waiting: that is the deadline's
+    // doing, not a model that cannot fit.
+    if (cancelled || (out_of_time && result.status().code() !=
+                                         absl::StatusCode::kInvalidArgument)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the deadline or a cancellation stopped the search before any plan "
+          "was found (", result.status().message(), ")"));
+    }
+    return result.status();
+  }
+  PlanAnswer answer;
+  answer.plan = PlanToJson(result->plan, result->prediction, (*ctx)->cluster(),
+                           (*ctx)->catalog(), (*ctx)->model(),
+                           (*ctx)->training());
+  answer.planner = result->planner;
+  answer.evaluations = result->stats.evaluations;
+  answer.exhaustive = result->stats.exhaustive;
+  answer.stopped_early =
+      result->stats.cancelled || (out_of_time && !result->stats.exhaustive);
+  answer.planning_time_s = absl::ToDoubleSeconds(absl::Now() - start);
+  answer.plan["planner"] = answer.planner;
+  answer.plan["planning_time_s"] = answer.planning_time_s;
+  answer.plan["evaluations"] = answer.evaluations;
+  answer.plan["exhaustive"] = answer.exhaustive;
+  return answer;
+}
+
+absl::StatusOr<EvaluateAnswer> PlannerHandlerImpl::Evaluate(
+    const EvaluateQuery& q) {
+  absl::StatusOr<ModelSpec> model = ResolveModel(q.model);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<TrainingConfig> training = ResolveTraining(q.training);
+  if (!training.ok()) return training.status();
+  absl::StatusOr<Cluster> cluster = ResolveCluster(q.cluster);
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
+      PlanningContext::Create(catalog_, *model, *training, *cluster,
+                              config_.profiles_dir);
+  if (!ctx.ok()) return ctx.status();
+  absl::StatusOr<arachne::Plan> plan =
+      PlanFromJson(q.plan, (*ctx)->cluster(), (*ctx)->catalog(), "plan");
+  if (!plan.ok()) return plan.status();
+  if (absl::Status s = ValidatePlan(*plan, (*ctx)->cost_model()); !s.ok()) {
+    return Prefixed(s, "plan");
+  }
+  absl::StatusOr<Prediction> p = (*ctx)->cost_model().Predict(*plan);
+  if (!p.ok()) return p.status();
+  EvaluateAnswer answer;
+  answer.plan = PlanToJson(*plan, *p, (*ctx)->cluster(), (*ctx)->catalog(),
+                           (*ctx)->model(), (*ctx)->training());
+  return answer;
+}
+
+absl::StatusOr<std::vector<ModelSpec>> PlannerHandlerImpl::ListModels() {
+  return models_;
+}
+
+absl::StatusOr<std::vector<GpuType>> PlannerHandlerImpl::ListGpuTypes() {
+  return catalog_.types();
+}
+
+}  // namespace arachne

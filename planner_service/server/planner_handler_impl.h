@@ -1,0 +1,60 @@
+// PlannerHandler over the planner core and io libraries: the same catalogs,
+// PlanningContext, planners, ValidatePlan and PlanToJson/PlanFromJson that
+// `arachne plan` / `arachne evaluate` use, so both give identical results.
+#ifndef ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_IMPL_H_
+#define ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_IMPL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "planner_service/core/cluster.h"
+#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model.h"
+#include "planner_service/server/planner_handler.h"
+
+namespace arachne {
+
+struct PlannerHandlerConfig {
+  std::string profiles_dir;  // "" = the data built into the binary
+  absl::Duration default_budget = absl::Seconds(10);
+  // Requests asking for more are capped here (not rejected).
+  absl::Duration max_budget = absl::Seconds(60);
+};
+
+class PlannerHandlerImpl : public PlannerHandler {
+ public:
+  // Loads the GPU and model catalogs once; errors name the file.
+  static absl::StatusOr<std::unique_ptr<PlannerHandlerImpl>> Create(
+      const PlannerHandlerConfig& config);
+
+  absl::StatusOr<PlanAnswer> Plan(const PlanQuery& query) override;
+  absl::StatusOr<EvaluateAnswer> Evaluate(const EvaluateQuery& query) override;
+  absl::StatusOr<std::vector<ModelSpec>> ListModels() override;
+  absl::StatusOr<std::vector<GpuType>> ListGpuTypes() override;
+
+ private:
+  PlannerHandlerImpl(PlannerHandlerConfig config, GpuCatalog catalog,
+                     std::vector<ModelSpec> models)
+      : config_(std::move(config)),
+        catalog_(std::move(catalog)),
+        models_(std::move(models)) {}
+
+  absl::StatusOr<Cluster> ResolveCluster(const ClusterSpec& spec) const;
+  absl::StatusOr<ModelSpec> ResolveModel(const ModelRef& ref) const;
+
+  // Immutable after Create, so shared by concurrent calls without a lock.
+  const PlannerHandlerConfig config_;
+  const GpuCatalog catalog_;
+  const std::vector<ModelSpec> models_;
+};
+
+// Exposed for tests: TrainingConfig from a TrainingSpec (defaults for 0/""),
+// InvalidArgument "training.<field>: ..." otherwise.
+absl::StatusOr<TrainingConfig> ResolveTraining(const TrainingSpec& spec);
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_IMPL_H_

@@ -1,0 +1,61 @@
+// A running `arachne-planner`: the Planner service plus the standard
+// grpc.health.v1 health service and server reflection, on one listening
+// address. Used by main.cc and by the integration tests (listen on
+// 127.0.0.1:0 and read back port()).
+#ifndef ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_SERVER_H_
+#define ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "planner_service/server/planner_handler.h"
+#include "planner_service/server/planner_service.h"
+
+namespace arachne {
+
+struct PlannerServerConfig {
+  // host:port; port 0 picks a free one. Plaintext: a non-loopback address
+  // logs a warning (TLS is not implemented yet).
+  std::string listen = "127.0.0.1:50051";
+  PlannerServiceConfig service;
+};
+
+// True for addresses only this machine can reach (127.x, localhost, [::1],
+// unix sockets).
+bool IsLoopbackAddress(const std::string& listen);
+
+class PlannerServer {
+ public:
+  // Binds and starts serving; health reports SERVING. Unavailable when the
+  // address cannot be bound, InvalidArgument for a bad config.
+  static absl::StatusOr<std::unique_ptr<PlannerServer>> Start(
+      PlannerHandler* handler, const PlannerServerConfig& config);
+  // Shuts down (with no grace) if Shutdown was not called.
+  ~PlannerServer();
+
+  int port() const { return port_; }
+  // Health turns NOT_SERVING, new calls are refused, calls in flight get
+  // `grace` to finish; then they are cancelled (their searches stop and
+  // answer with the best plan so far). Returns when all have answered.
+  // Idempotent; thread-safe.
+  void Shutdown(absl::Duration grace);
+  // Blocks until Shutdown has completed.
+  void Wait();
+  const PlannerService& service() const { return *service_; }
+
+ private:
+  PlannerServer() = default;
+  std::unique_ptr<PlannerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_SERVER_H_

@@ -1,0 +1,312 @@
+#include "planner_service/server/planner_service.h"
+
+#include <chrono>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "glog/logging.h"
+#include "planner_service/server/proto_convert.h"
+
+namespace arachne {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  // absl::StatusCode and grpc::StatusCode share the canonical numbering.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+namespace {
+
+std::string CodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
+  const auto deadline = context.deadline();
+  // gRPC reports "no deadline" as the far future.
+  if (deadline >= std::chrono::system_clock::time_point::max() -
+                      std::chrono::hours(24 * 365)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(deadline);
+}
+
+}  // namespace
+
+// ---- WorkerPool ----
+
+WorkerPool::WorkerPool(int threads) {
+  CHECK_GT(threads, 0);
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+void WorkerPool::Submit(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  CHECK(!stopping_) << "Submit after the pool stopped";
+  tasks_.push_back(std::move(task));
+}
+
+void WorkerPool::Loop() {
+  while (true) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](WorkerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+            return p->stopping_ || !p->tasks_.empty();
+          },
+          this));
+      if (tasks_.empty()) return;  // stopping, nothing left
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+// ---- RpcMetrics ----
+
+RpcMetrics::RpcMetrics()
+    : bucket_upper_s_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60,
+                       1e300}) {}
+
+void RpcMetrics::Record(const std::string& method, grpc::StatusCode code,
+                        absl::Duration latency) {
+  const double s = absl::ToDoubleSeconds(latency);
+  absl::MutexLock lock(&mu_);
+  Method& m = methods_[method];
+  if (m.bucket_counts.empty()) m.bucket_counts.assign(bucket_upper_s_.size(), 0);
+  ++m.requests;
+  ++m.codes[CodeName(code)];
+  m.total_latency_s += s;
+  for (size_t i = 0; i < bucket_upper_s_.size(); ++i) {
+    if (s <= bucket_upper_s_[i]) {
+      ++m.bucket_counts[i];
+      break;
+    }
+  }
+}
+
+void RpcMetrics::Fill(v1::GetStatsResponse* response) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, m] : methods_) {
+    v1::RpcStats* r = response->add_rpcs();
+    r->set_method(name);
+    r->set_requests(m.requests);
+    for (const auto& [code, n] : m.codes) (*r->mutable_codes())[code] = n;
+    for (double b : bucket_upper_s_) r->add_bucket_upper_s(b);
+    for (int64_t c : m.bucket_counts) r->add_bucket_counts(c);
+    r->set_total_latency_s(m.total_latency_s);
+  }
+}
+
+std::string RpcMetrics::Summary() const {
+  absl::MutexLock lock(&mu_);
+  std::string out;
+  for (const auto& [name, m] : methods_) {
+    absl::StrAppendFormat(&out, "%s: %d requests, mean %.3f s;", name,
+                          m.requests,
+                          m.requests ? m.total_latency_s / m.requests : 0.0);
+    for (const auto& [code, n] : m.codes) absl::StrAppend(&out, " ", code, "=", n);
+    out += "\n";
+  }
+  return out;
+}
+
+// ---- Calls ----
+
+// One call's reactor: records cancellation for the planner, and on Finish
+// the metrics and the log line with the request id.
+class PlannerService::Call : public grpc::ServerUnaryReactor {
+ public:
+  Call(PlannerService* service, grpc::CallbackServerContext* context,
+       const char* method, std::string request_id)
+      : service_(service),
+        context_(context),
+        method_(method),
+        request_id_(std::move(request_id)),
+        deadline_(DeadlineOf(*context)) {}
+
+  void OnCancel() override { cancelled_.store(true); }
+  void OnDone() override { delete this; }
+
+  void Answer(const absl::Status& status) {
+    const grpc::Status g = ToGrpcStatus(status);
+    const absl::Duration latency = absl::Now() - start_;
+    service_->metrics_.Record(method_, g.error_code(), latency);
+    if (status.ok()) {
+      LOG(INFO) << "[" << request_id_ << "] " << method_ << " OK in "
+                << absl::FormatDuration(latency);
+    } else {
+      LOG(WARNING) << "[" << request_id_ << "] " << method_ << " "
+                   << CodeName(g.error_code()) << " in "
+                   << absl::FormatDuration(latency) << ": "
+                   << status.message();
+    }
+    Finish(g);  // last touch: the reactor may be deleted after this
+  }
+
+  const std::atomic<bool>* cancelled() const { return &cancelled_; }
+  absl::Time deadline() const { return deadline_; }
+  const std::string& request_id() const { return request_id_; }
+  grpc::CallbackServerContext* context() const { return context_; }
+
+ private:
+  PlannerService* const service_;
+  grpc::CallbackServerContext* const context_;
+  const std::string method_;
+  const std::string request_id_;
+  const absl::Time deadline_;
+  const absl::Time start_ = absl::Now();
+  std::atomic<bool> cancelled_{false};
+};
+
+PlannerService::PlannerService(PlannerHandler* handler,
+                               PlannerServiceConfig config)
+    : handler_(handler), config_(config), pool_(config.workers) {
+  CHECK(handler_ != nullptr);
+  CHECK_GE(config_.max_in_flight, 1);
+}
+
+PlannerService::~PlannerService() = default;
+
+bool PlannerService::TryAdmit() {
+  int n = in_flight_.load();
+  while (n < config_.max_in_flight) {
+    if (in_flight_.compare_exchange_weak(n, n + 1)) return true;
+  }
+  return false;
+}
+
+void PlannerService::Release() { in_flight_.fetch_sub(1); }
+
+PlannerService::Call* PlannerService::Begin(
+    grpc::CallbackServerContext* context, const char* method) {
+  std::string id = absl::StrCat("req-", next_request_id_.fetch_add(1));
+  LOG(INFO) << "[" << id << "] " << method << " from " << context->peer();
+  return new Call(this, context, method, std::move(id));
+}
+
+grpc::ServerUnaryReactor* PlannerService::RunOnPool(
+    grpc::CallbackServerContext* context, const char* method,
+    std::function<absl::Status(Call& call)> work) {
+  Call* call = Begin(context, method);
+  if (!TryAdmit()) {
+    call->Answer(absl::ResourceExhaustedError(absl::StrCat(
+        "server busy: ", config_.max_in_flight,
+        " Plan/Evaluate calls in flight; retry later")));
+    return call;
+  }
+  pool_.Submit([this, call, work = std::move(work)] {
+    absl::Status status = call->cancelled()->load()
+                              ? absl::CancelledError("cancelled while queued")
+                              : work(*call);
+    // Free the slot before answering, so a client that sends its next call
+    // as soon as this one returns is admitted.
+    Release();
+    call->Answer(status);
+  });
+  return call;
+}
+
+grpc::ServerUnaryReactor* PlannerService::Plan(
+    grpc::CallbackServerContext* context, const v1::PlanRequest* request,
+    v1::PlanResponse* response) {
+  return RunOnPool(context, "Plan", [this, request, response](Call& call) {
+    PlanQuery q;
+    q.model = ModelRefFromProto(request->model());
+    q.training = TrainingFromProto(request->training());
+    q.cluster = ClusterFromProto(request->cluster());
+    const v1::PlannerOptions& o = request->options();
+    q.planner = o.planner();
+    q.budget_s = o.budget_s();
+    q.max_evaluations = o.max_evaluations();
+    q.seed = o.seed();
+    q.max_depth = o.max_depth();
+    q.max_templates = o.max_templates();
+    q.objective = o.objective() == v1::PlannerOptions::USD_PER_TOKEN
+                      ? PlanObjective::kUsdPerToken
+                      : PlanObjective::kThroughput;
+    q.deadline = call.deadline();
+    q.cancelled = call.cancelled();
+    q.request_id = call.request_id();
+    absl::StatusOr<PlanAnswer> a = handler_->Plan(q);
+    if (!a.ok()) return a.status();
+    if (absl::Status s = PlanJsonToProto(a->plan, response->mutable_plan(),
+                                         response->mutable_prediction());
+        !s.ok()) {
+      return s;
+    }
+    response->set_planner(a->planner);
+    response->set_planning_time_s(a->planning_time_s);
+    response->set_evaluations(a->evaluations);
+    response->set_exhaustive(a->exhaustive);
+    response->set_stopped_early(a->stopped_early);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* PlannerService::Evaluate(
+    grpc::CallbackServerContext* context, const v1::EvaluateRequest* request,
+    v1::EvaluateResponse* response) {
+  return RunOnPool(context, "Evaluate", [this, request, response](Call& call) {
+    EvaluateQuery q;
+    q.model = ModelRefFromProto(request->model());
+    q.training = TrainingFromProto(request->training());
+    q.cluster = ClusterFromProto(request->cluster());
+    q.plan = PlanProtoToJson(request->plan());
+    q.request_id = call.request_id();
+    absl::StatusOr<EvaluateAnswer> a = handler_->Evaluate(q);
+    if (!a.ok()) return a.status();
+    return PlanJsonToProto(a->plan, response->mutable_plan(),
+                           response->mutable_prediction());
+  });
+}
+
+grpc::ServerUnaryReactor* PlannerService::ListModels(
+    grpc::CallbackServerContext* context, const v1::ListModelsRequest*,
+    v1::ListModelsResponse* response) {
+  Call* call = Begin(context, "ListModels");
+  absl::StatusOr<std::vector<ModelSpec>> models = handler_->ListModels();
+  if (models.ok()) {
+    for (const ModelSpec& m : *models) *response->add_models() = ModelToProto(m);
+  }
+  call->Answer(models.status());
+  return call;
+}
+
+grpc::ServerUnaryReactor* PlannerService::ListGpuTypes(
+    grpc::CallbackServerContext* context, const v1::ListGpuTypesRequest*,
+    v1::ListGpuTypesResponse* response) {
+  Call* call = Begin(context, "ListGpuTypes");
+  absl::StatusOr<std::vector<GpuType>> types = handler_->ListGpuTypes();
+  if (types.ok()) {
+    for (const GpuType& t : *types) *response->add_gpu_types() = GpuTypeToProto(t);
+  }
+  call->Answer(types.status());
+  return call;
+}
+
+grpc::ServerUnaryReactor* PlannerService::GetStats(
+    grpc::CallbackServerContext* context, const v1::GetStatsRequest*,
+    v1::GetStatsResponse* response) {
+  Call* call = Begin(context, "GetStats");
+  metrics_.Fill(response);
+  response->set_in_flight(in_flight_.load());
+  response->set_uptime_s(absl::ToDoubleSeconds(absl::Now() - started_));
+  call->Answer(absl::OkStatus());
+  return call;
+}
+
+}  // namespace arachne
