@@ -88,14 +88,22 @@ class GlooTransport : public Transport {
             "gloo: receive from peer ", op.peer, " of ", world_size()));
       }
     }
+    if (broken_) {
+      return absl::FailedPreconditionError(
+          "gloo: the transport failed in an earlier round");
+    }
     // Slot: the round's tag, the direction (from the lower or the higher
     // rank of the pair) and the op's index among those to the same peer,
     // so every op meets exactly its counterpart.
     auto slot = [&](uint64_t from, uint64_t to, uint64_t index) {
       return (tag << 24) | (static_cast<uint64_t>(from < to) << 23) | index;
     };
+    // Declared outside the try so that, on failure, the connections are
+    // closed before the buffers go away: Gloo must not write into freed
+    // memory after a timeout.
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> out, in;
+    absl::Status status;
     try {
-      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> out, in;
       std::vector<int> sent_to(world_size(), 0), got_from(world_size(), 0);
       for (const SendOp& op : sends) {
         out.push_back(context_->createUnboundBuffer(const_cast<void*>(op.data),
@@ -110,21 +118,28 @@ class GlooTransport : public Transport {
       }
       const auto deadline = std::chrono::steady_clock::now() + ToChrono(timeout);
       for (auto& b : in) {
-        if (!b->waitRecv(deadline)) {
-          return absl::DeadlineExceededError(
+        if (status.ok() && !b->waitRecv(deadline)) {
+          status = absl::DeadlineExceededError(
               absl::StrCat("gloo: receive of round ", tag, " timed out"));
         }
       }
       for (auto& b : out) {
-        if (!b->waitSend(deadline)) {
-          return absl::DeadlineExceededError(
+        if (status.ok() && !b->waitSend(deadline)) {
+          status = absl::DeadlineExceededError(
               absl::StrCat("gloo: send of round ", tag, " timed out"));
         }
       }
-    } catch (const gloo::Exception& e) {
-      return FromGloo(e, absl::StrCat("round ", tag));
     } catch (const std::exception& e) {
-      return FromGloo(e, absl::StrCat("round ", tag));
+      status = FromGloo(e, absl::StrCat("round ", tag));
+    }
+    if (!status.ok()) {
+      broken_ = true;
+      try {
+        context_->closeConnections();
+      } catch (const std::exception&) {
+        // Already failing; the first error is the one to report.
+      }
+      return status;
     }
     return absl::OkStatus();
   }
@@ -132,6 +147,7 @@ class GlooTransport : public Transport {
  private:
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  bool broken_ = false;
 };
 
 class GlooTransportFactory : public TransportFactory {
