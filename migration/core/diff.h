@@ -6,9 +6,11 @@
 // inside). A GPU of the old plan whose node or index is absent from the new
 // cluster has left and holds nothing. A GPU that holds a range it needs
 // keeps it and copies nothing; every other needed range is fetched from a
-// holder: the one with the best link (same node over NVLink/PCIe before the
-// network), then the least loaded; a range several equally linked holders
-// share is split among them when that shortens the busiest sender's time.
+// holder: among those with the best link (same node over NVLink/PCIe before
+// the network), the one that keeps lowest the sum of the two stages' busiest
+// resources, then its own busiest resource, its sends, its rank. A range
+// several equally linked holders share is cut into parts chosen the same way,
+// so it is split among them when that lowers their load (docs/migration.md).
 #ifndef ARACHNE_MIGRATION_CORE_DIFF_H_
 #define ARACHNE_MIGRATION_CORE_DIFF_H_
 
