@@ -1,0 +1,472 @@
+// Integration tests of arachne-planner: a real server on 127.0.0.1:0 and
+// real gRPC stubs. The handler-level fake (at the end) makes admission
+// control and cancellation deterministic without timing-dependent searches.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "arachne/v1/planner.grpc.pb.h"
+#include "glog/logging.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/planners.h"
+#include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/model_io.h"
+#include "planner_service/io/plan_io.h"
+#include "planner_service/io/planning_context.h"
+#include "planner_service/server/planner_handler_impl.h"
+#include "planner_service/server/planner_server.h"
+#include "planner_service/server/proto_convert.h"
+
+namespace arachne {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::Cluster SmallCluster() {
+  v1::Cluster c;
+  v1::Node* h = c.add_nodes();
+  h->set_name("h0");
+  h->set_gpu("H100-80GB");
+  h->set_gpus(8);
+  v1::Node* a = c.add_nodes();
+  a->set_name("a0");
+  a->set_gpu("A100-40GB");
+  a->set_gpus(4);
+  return c;
+}
+
+v1::PlanRequest SmallPlanRequest() {
+  v1::PlanRequest r;
+  r.mutable_model()->set_name("llama3-8b");
+  *r.mutable_cluster() = SmallCluster();
+  r.mutable_options()->set_planner("exact");
+  r.mutable_options()->set_max_evaluations(50);
+  return r;
+}
+
+std::chrono::system_clock::time_point In(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
+
+class PlannerServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto impl = PlannerHandlerImpl::Create({});
+    ASSERT_TRUE(impl.ok()) << impl.status();
+    handler_ = impl->release();
+    PlannerServerConfig config;
+    config.listen = "127.0.0.1:0";
+    config.service.workers = 2;
+    config.service.max_in_flight = 8;
+    auto server = PlannerServer::Start(handler_, config);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+  }
+  static void TearDownTestSuite() {
+    server_->Shutdown(absl::Seconds(1));
+    delete server_;
+    delete handler_;
+    channel_.reset();
+  }
+
+  std::unique_ptr<v1::Planner::Stub> stub_ = v1::Planner::NewStub(channel_);
+  grpc::ClientContext ctx_;
+
+  static PlannerHandlerImpl* handler_;
+  static PlannerServer* server_;
+  static std::shared_ptr<grpc::Channel> channel_;
+};
+PlannerHandlerImpl* PlannerServiceTest::handler_ = nullptr;
+PlannerServer* PlannerServiceTest::server_ = nullptr;
+std::shared_ptr<grpc::Channel> PlannerServiceTest::channel_;
+
+// The prediction the service returns is the in-process cost model's for the
+// same plan, and the in-process planner finds the same plan.
+TEST_F(PlannerServiceTest, PlanMatchesInProcessCostModelAndPlanner) {
+  v1::PlanResponse response;
+  grpc::Status s = stub_->Plan(&ctx_, SmallPlanRequest(), &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.planner(), "exact");
+  EXPECT_EQ(response.evaluations(), 50);
+  EXPECT_FALSE(response.stopped_early());
+  ASSERT_GT(response.plan().templates_size(), 0);
+  EXPECT_EQ(response.prediction().stage_memory_size(),
+            response.plan().templates(0).stages_size());
+
+  auto catalog = LoadGpuCatalog();
+  ASSERT_TRUE(catalog.ok());
+  auto model = ResolveModel("llama3-8b");
+  ASSERT_TRUE(model.ok());
+  auto cluster = Cluster::Create(
+      {{"h0", *catalog->IndexOf("H100-80GB"), 8, kDefaultInterNodeGbps},
+       {"a0", *catalog->IndexOf("A100-40GB"), 4, kDefaultInterNodeGbps}},
+      *catalog);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto ctx = PlanningContext::Create(*catalog, *model, TrainingConfig{},
+                                     *cluster, "");
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto plan = PlanFromJson(PlanProtoToJson(response.plan()), (*ctx)->cluster(),
+                           (*ctx)->catalog());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(ValidatePlan(*plan, (*ctx)->cost_model()).ok());
+  auto predicted = (*ctx)->cost_model().Predict(*plan);
+  ASSERT_TRUE(predicted.ok()) << predicted.status();
+  EXPECT_DOUBLE_EQ(response.prediction().iteration_time_s(),
+                   predicted->iteration_time_s);
+  EXPECT_DOUBLE_EQ(response.prediction().max_memory_gib(),
+                   predicted->max_memory_gib);
+
+  auto planner = MakePlanner("exact");
+  ASSERT_TRUE(planner.ok());
+  PlannerOptions options;
+  options.max_evaluations = 50;
+  auto local = (*planner)->Run((*ctx)->cost_model(), options);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_DOUBLE_EQ(local->prediction.iteration_time_s,
+                   response.prediction().iteration_time_s());
+}
+
+TEST_F(PlannerServiceTest, EvaluateRepricesAPlannedPlan) {
+  v1::PlanResponse planned;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Plan(&ctx, SmallPlanRequest(), &planned).ok());
+  }
+  v1::EvaluateRequest request;
+  request.mutable_model()->set_name("llama3-8b");
+  *request.mutable_cluster() = SmallCluster();
+  *request.mutable_plan() = planned.plan();
+  v1::EvaluateResponse response;
+  grpc::Status s = stub_->Evaluate(&ctx_, request, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_DOUBLE_EQ(response.prediction().iteration_time_s(),
+                   planned.prediction().iteration_time_s());
+  EXPECT_EQ(response.plan().unused_gpus(), planned.plan().unused_gpus());
+}
+
+TEST_F(PlannerServiceTest, EvaluateRejectsAPlanOnAnAbsentNode) {
+  v1::PlanResponse planned;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Plan(&ctx, SmallPlanRequest(), &planned).ok());
+  }
+  v1::EvaluateRequest request;
+  request.mutable_model()->set_name("llama3-8b");
+  *request.mutable_cluster() = SmallCluster();
+  *request.mutable_plan() = planned.plan();
+  request.mutable_plan()
+      ->mutable_templates(0)
+      ->mutable_placement(0)
+      ->mutable_stages(0)
+      ->set_node("gone-7");
+  v1::EvaluateResponse response;
+  grpc::Status s = stub_->Evaluate(&ctx_, request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("templates[0].placement[0][0].node: unknown node"));
+  EXPECT_THAT(s.error_message(), HasSubstr("gone-7"));
+}
+
+TEST_F(PlannerServiceTest, ListsModelsAndGpuTypes) {
+  v1::ListModelsResponse models;
+  ASSERT_TRUE(stub_->ListModels(&ctx_, {}, &models).ok());
+  bool found = false;
+  for (const v1::Model& m : models.models()) {
+    if (m.name() == "llama3-8b") {
+      found = true;
+      EXPECT_EQ(m.num_layers(), 32);
+      EXPECT_EQ(m.hidden(), 4096);
+    }
+  }
+  EXPECT_TRUE(found);
+
+  grpc::ClientContext ctx;
+  v1::ListGpuTypesResponse gpus;
+  ASSERT_TRUE(stub_->ListGpuTypes(&ctx, {}, &gpus).ok());
+  found = false;
+  for (const v1::GpuType& g : gpus.gpu_types()) {
+    if (g.id() == "H100-80GB") {
+      found = true;
+      EXPECT_EQ(g.memory_gib(), 80);
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(PlannerServiceTest, HealthIsServing) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status s = health->Check(&ctx_, {}, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(PlannerServiceTest, UnknownGpuTypeNamesTheField) {
+  v1::PlanRequest r = SmallPlanRequest();
+  r.mutable_cluster()->mutable_nodes(1)->set_gpu("X");
+  v1::PlanResponse response;
+  grpc::Status s = stub_->Plan(&ctx_, r, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("cluster.nodes[1].gpu: unknown GPU type \"X\""));
+}
+
+TEST_F(PlannerServiceTest, BadCountsAndEmptyClusterNameTheField) {
+  {
+    v1::PlanRequest r = SmallPlanRequest();
+    r.mutable_cluster()->mutable_nodes(0)->set_gpus(0);
+    v1::PlanResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(),
+                HasSubstr("cluster.nodes[0].gpus: must be > 0, got 0"));
+  }
+  {
+    v1::PlanRequest r = SmallPlanRequest();
+    r.mutable_cluster()->clear_nodes();
+    v1::PlanResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("cluster.nodes: the cluster is empty"));
+  }
+  {
+    v1::PlanRequest r = SmallPlanRequest();
+    r.mutable_options()->set_max_depth(65);
+    v1::PlanResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("options.max_depth: must be in 1..64"));
+  }
+  {
+    v1::PlanRequest r = SmallPlanRequest();
+    r.mutable_training()->set_seq_len(-1);
+    v1::PlanResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("training.seq_len"));
+  }
+}
+
+TEST_F(PlannerServiceTest, UnknownModelAndPlannerNameTheField) {
+  {
+    v1::PlanRequest r = SmallPlanRequest();
+    r.mutable_model()->set_name("llama9");
+    v1::PlanResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("model.name: unknown model \"llama9\""));
+  }
+  {
+    v1::PlanRequest r = SmallPlanRequest();
+    r.mutable_options()->set_planner("oracle");
+    v1::PlanResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("options.planner"));
+    EXPECT_THAT(s.error_message(), HasSubstr("oracle"));
+  }
+}
+
+TEST_F(PlannerServiceTest, UsdPerTokenIsUnimplemented) {
+  v1::PlanRequest r = SmallPlanRequest();
+  r.mutable_options()->set_objective(v1::PlannerOptions::USD_PER_TOKEN);
+  v1::PlanResponse response;
+  grpc::Status s = stub_->Plan(&ctx_, r, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("USD_PER_TOKEN"));
+}
+
+TEST_F(PlannerServiceTest, ModelThatFitsNowhereIsFailedPrecondition) {
+  v1::PlanRequest r;
+  r.mutable_model()->set_name("gpt3-175b");
+  v1::Node* n = r.mutable_cluster()->add_nodes();
+  n->set_name("s0");
+  n->set_gpu("A5000");
+  n->set_gpus(1);
+  v1::PlanResponse response;
+  grpc::Status s = stub_->Plan(&ctx_, r, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("no plan fits gpt3-175b"));
+  EXPECT_THAT(s.error_message(), HasSubstr("one layer needs"));
+}
+
+// A deadline shorter than the search: the server caps the search budget at
+// the deadline and answers OK with the best plan so far, stopped_early set.
+TEST_F(PlannerServiceTest, ShortDeadlineAnswersWithBestPlanSoFar) {
+  v1::PlanRequest r;
+  r.mutable_model()->set_name("llama3-8b");
+  for (const char* gpu : {"H100-80GB", "A100-40GB", "L40S"}) {
+    for (int i = 0; i < 4; ++i) {
+      v1::Node* n = r.mutable_cluster()->add_nodes();
+      n->set_name(absl::StrCat(gpu, "-", i));
+      n->set_gpu(gpu);
+      n->set_gpus(8);
+    }
+  }
+  r.mutable_options()->set_planner("exact");
+  r.mutable_options()->set_budget_s(30);  // exhaustive takes far longer
+  ctx_.set_deadline(In(absl::Milliseconds(500)));
+  const absl::Time start = absl::Now();
+  v1::PlanResponse response;
+  grpc::Status s = stub_->Plan(&ctx_, r, &response);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  EXPECT_TRUE(response.stopped_early());
+  EXPECT_FALSE(response.exhaustive());
+  EXPECT_GT(response.plan().templates_size(), 0);
+  EXPECT_GT(response.prediction().throughput_iters_per_s(), 0);
+  // The search stops at the deadline less the server's 20 ms reserve; the
+  // slack only absorbs scheduling on a loaded test machine.
+  EXPECT_LT(took, absl::Milliseconds(500 + 250));
+}
+
+TEST_F(PlannerServiceTest, GetStatsCountsCallsByCode) {
+  {
+    grpc::ClientContext ctx;
+    v1::ListModelsResponse models;
+    ASSERT_TRUE(stub_->ListModels(&ctx, {}, &models).ok());
+  }
+  v1::GetStatsResponse stats;
+  ASSERT_TRUE(stub_->GetStats(&ctx_, {}, &stats).ok());
+  bool found = false;
+  for (const v1::RpcStats& r : stats.rpcs()) {
+    if (r.method() != "ListModels") continue;
+    found = true;
+    EXPECT_GE(r.requests(), 1);
+    EXPECT_GE(r.codes().at("OK"), 1);
+    int64_t total = 0;
+    for (int64_t c : r.bucket_counts()) total += c;
+    EXPECT_EQ(total, r.requests());
+  }
+  EXPECT_TRUE(found);
+}
+
+// A handler whose Plan blocks until released or cancelled, so that tests
+// control exactly how many calls are in flight.
+class BlockingHandler : public PlannerHandler {
+ public:
+  absl::StatusOr<PlanAnswer> Plan(const PlanQuery& q) override {
+    entered_.Notify();
+    while (!release_.HasBeenNotified()) {
+      if (q.cancelled != nullptr && q.cancelled->load()) {
+        saw_cancel_.Notify();
+        return absl::CancelledError("search cancelled");
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return absl::UnavailableError("released");
+  }
+  absl::StatusOr<EvaluateAnswer> Evaluate(const EvaluateQuery&) override {
+    return absl::UnimplementedError("fake");
+  }
+  absl::StatusOr<std::vector<ModelSpec>> ListModels() override {
+    return std::vector<ModelSpec>{};
+  }
+  absl::StatusOr<std::vector<GpuType>> ListGpuTypes() override {
+    return std::vector<GpuType>{};
+  }
+  absl::Notification entered_, release_, saw_cancel_;
+};
+
+std::unique_ptr<PlannerServer> StartWithOneSlot(PlannerHandler* handler) {
+  PlannerServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.service.workers = 1;
+  config.service.max_in_flight = 1;
+  auto server = PlannerServer::Start(handler, config);
+  CHECK(server.ok()) << server.status();
+  return *std::move(server);
+}
+
+TEST(PlannerServiceLimitsTest, FullServerAnswersResourceExhausted) {
+  BlockingHandler handler;
+  std::unique_ptr<PlannerServer> server = StartWithOneSlot(&handler);
+  auto stub = v1::Planner::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext first_ctx;
+  v1::PlanResponse first_response;
+  absl::Notification first_done;
+  grpc::Status first_status;
+  stub->async()->Plan(&first_ctx, new v1::PlanRequest(), &first_response,
+                      [&](grpc::Status s) {
+                        first_status = s;
+                        first_done.Notify();
+                      });
+  handler.entered_.WaitForNotification();
+
+  grpc::ClientContext ctx;
+  v1::PlanResponse response;
+  grpc::Status s = stub->Plan(&ctx, v1::PlanRequest(), &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("server busy"));
+
+  handler.release_.Notify();
+  first_done.WaitForNotification();
+  EXPECT_EQ(first_status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(first_status.error_message(), "released");
+  server->Shutdown(absl::Seconds(1));
+}
+
+TEST(PlannerServiceLimitsTest, ClientCancellationReachesTheSearch) {
+  BlockingHandler handler;
+  std::unique_ptr<PlannerServer> server = StartWithOneSlot(&handler);
+  auto stub = v1::Planner::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::PlanRequest request;
+  v1::PlanResponse response;
+  absl::Notification done;
+  grpc::Status status;
+  stub->async()->Plan(&ctx, &request, &response, [&](grpc::Status s) {
+    status = s;
+    done.Notify();
+  });
+  handler.entered_.WaitForNotification();
+  ctx.TryCancel();
+  handler.saw_cancel_.WaitForNotification();
+  done.WaitForNotification();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  server->Shutdown(absl::Seconds(1));
+}
+
+// Shutdown with a call in flight: the call gets the grace period, is then
+// cancelled (its search sees it) and Shutdown returns.
+TEST(PlannerServiceLimitsTest, ShutdownCancelsCallsAfterGrace) {
+  BlockingHandler handler;
+  std::unique_ptr<PlannerServer> server = StartWithOneSlot(&handler);
+  auto stub = v1::Planner::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::PlanRequest request;
+  v1::PlanResponse response;
+  absl::Notification done;
+  grpc::Status status;
+  stub->async()->Plan(&ctx, &request, &response, [&](grpc::Status s) {
+    status = s;
+    done.Notify();
+  });
+  handler.entered_.WaitForNotification();
+  server->Shutdown(absl::Milliseconds(100));
+  EXPECT_TRUE(handler.saw_cancel_.HasBeenNotified());
+  done.WaitForNotification();
+  EXPECT_NE(status.error_code(), grpc::StatusCode::OK);
+}
+
+}  // namespace
+}  // namespace arachne
