@@ -17,23 +17,32 @@ int main(int argc, char** argv) {
   arachne::PlannerServerConfig server;
   arachne::PlannerHandlerConfig handler;
   double default_budget_s = 10, max_budget_s = 60, grace_s = 10;
-  app.add_option("--listen", server.listen, "host:port to serve on (port 0 picks one)")
+  app.add_option("--listen", server.listen,
+                 "host:port to serve on (port 0 picks one)")
       ->capture_default_str();
   app.add_option("--profiles-dir", handler.profiles_dir,
-                 "directory of gpus.yaml, models.yaml and profiles (default: built-in data)");
-  app.add_option("--workers", server.service.workers, "threads running Plan/Evaluate")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--max-in-flight", server.service.max_in_flight,
-                 "Plan/Evaluate calls admitted at once; more answer RESOURCE_EXHAUSTED")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+                 "directory of gpus.yaml, models.yaml and profiles (default: "
+                 "built-in data)");
+  app.add_option("--workers", server.service.workers,
+                 "threads running Plan/Evaluate")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--max-in-flight", server.service.max_in_flight,
+         "Plan/Evaluate calls admitted at once; more answer RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--default-budget-s", default_budget_s,
                  "search budget when a request gives none")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-budget-s", max_budget_s, "cap on any request's budget")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--grace-s", grace_s,
                  "on SIGTERM/SIGINT, time calls in flight get to finish")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   FLAGS_logtostderr = true;

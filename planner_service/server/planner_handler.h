@@ -24,8 +24,8 @@ namespace arachne {
 // A node as a client names it; resolved against the GPU catalog by the
 // handler.
 struct NodeSpec {
-  std::string name;    // "" = "node-<index>"
-  std::string gpu;     // GPU type id or alias
+  std::string name;  // "" = "node-<index>"
+  std::string gpu;   // GPU type id or alias
   int gpus = 0;
   double nic_gbps = 0;  // 0 = ClusterSpec::inter_node_gbps
 };
@@ -57,12 +57,12 @@ struct PlanQuery {
   ModelRef model;
   TrainingSpec training;
   ClusterSpec cluster;
-  std::string planner;       // "" = "exact"
-  double budget_s = 0;       // 0 = the handler's default
+  std::string planner;  // "" = "exact"
+  double budget_s = 0;  // 0 = the handler's default
   int64_t max_evaluations = 0;
-  uint64_t seed = 0;         // 0 = 1
-  int max_depth = 0;         // 0 = 16
-  int max_templates = 0;     // 0 = 3
+  uint64_t seed = 0;      // 0 = 1
+  int max_depth = 0;      // 0 = 16
+  int max_templates = 0;  // 0 = 3
   PlanObjective objective = PlanObjective::kThroughput;
   // When the caller stops waiting: the search budget is capped so that the
   // answer (the best plan so far) is ready before it.
@@ -110,7 +110,8 @@ class PlannerHandler {
   // Prediction of the query's plan. InvalidArgument naming the field for a
   // malformed plan or one that references absent nodes or GPUs;
   // FailedPrecondition for a well-formed plan that does not fit.
-  virtual absl::StatusOr<EvaluateAnswer> Evaluate(const EvaluateQuery& query) = 0;
+  virtual absl::StatusOr<EvaluateAnswer> Evaluate(
+      const EvaluateQuery& query) = 0;
 
   virtual absl::StatusOr<std::vector<ModelSpec>> ListModels() = 0;
   virtual absl::StatusOr<std::vector<GpuType>> ListGpuTypes() = 0;

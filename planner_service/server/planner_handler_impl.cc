@@ -25,6 +25,10 @@ absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
 }
 
 constexpr int kMaxDepthLimit = 64;
+// Bounds on what one request may describe, so that no request can make the
+// planner allocate without limit (the largest real nodes hold 8-72 GPUs).
+constexpr int kMaxGpusPerNode = 128;
+constexpr int kMaxNodes = 4096;
 constexpr int kMaxTemplatesLimit = 16;
 // Time kept back from the caller's deadline to serialize and send the answer.
 constexpr absl::Duration kDeadlineReserve = absl::Milliseconds(20);
@@ -57,8 +61,7 @@ absl::StatusOr<TrainingConfig> ResolveTraining(const TrainingSpec& spec) {
   }
   t.distributed_optimizer = spec.distributed_optimizer;
   if (absl::Status s = t.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("training: ", s.message()));
+    return absl::InvalidArgumentError(absl::StrCat("training: ", s.message()));
   }
   return t;
 }
@@ -67,17 +70,18 @@ absl::StatusOr<std::unique_ptr<PlannerHandlerImpl>> PlannerHandlerImpl::Create(
     const PlannerHandlerConfig& config) {
   if (config.default_budget <= absl::ZeroDuration() ||
       config.max_budget < config.default_budget) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "budgets: need 0 < default (", absl::FormatDuration(config.default_budget),
-        ") <= max (", absl::FormatDuration(config.max_budget), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("budgets: need 0 < default (",
+                     absl::FormatDuration(config.default_budget), ") <= max (",
+                     absl::FormatDuration(config.max_budget), ")"));
   }
   absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(config.profiles_dir);
   if (!catalog.ok()) return catalog.status();
   absl::StatusOr<std::vector<ModelSpec>> models =
       LoadModelCatalog(config.profiles_dir);
   if (!models.ok()) return models.status();
-  return std::unique_ptr<PlannerHandlerImpl>(new PlannerHandlerImpl(
-      config, *std::move(catalog), *std::move(models)));
+  return std::unique_ptr<PlannerHandlerImpl>(
+      new PlannerHandlerImpl(config, *std::move(catalog), *std::move(models)));
 }
 
 absl::StatusOr<Cluster> PlannerHandlerImpl::ResolveCluster(
@@ -89,6 +93,11 @@ absl::StatusOr<Cluster> PlannerHandlerImpl::ResolveCluster(
   }
   if (spec.nodes.empty()) {
     return absl::InvalidArgumentError("cluster.nodes: the cluster is empty");
+  }
+  if (spec.nodes.size() > static_cast<size_t>(kMaxNodes)) {
+    return absl::InvalidArgumentError(absl::StrCat("cluster.nodes: at most ",
+                                                   kMaxNodes, " nodes, got ",
+                                                   spec.nodes.size()));
   }
   const double inter =
       spec.inter_node_gbps > 0 ? spec.inter_node_gbps : kDefaultInterNodeGbps;
@@ -105,9 +114,9 @@ absl::StatusOr<Cluster> PlannerHandlerImpl::ResolveCluster(
           absl::StrCat(field, ".gpu: unknown GPU type \"", n.gpu,
                        "\" (known: ", absl::StrJoin(ids, ", "), ")"));
     }
-    if (n.gpus <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".gpus: must be > 0, got ", n.gpus));
+    if (n.gpus <= 0 || n.gpus > kMaxGpusPerNode) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".gpus: must be in 1..", kMaxGpusPerNode, ", got ", n.gpus));
     }
     if (n.nic_gbps < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -133,8 +142,8 @@ absl::StatusOr<Cluster> PlannerHandlerImpl::ResolveCluster(
 absl::StatusOr<ModelSpec> PlannerHandlerImpl::ResolveModel(
     const ModelRef& ref) const {
   if (!ref.hf_config_json.empty()) {
-    nlohmann::json config =
-        nlohmann::json::parse(ref.hf_config_json, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json config = nlohmann::json::parse(ref.hf_config_json, nullptr,
+                                                  /*allow_exceptions=*/false);
     if (config.is_discarded() || !config.is_object()) {
       return absl::InvalidArgumentError(
           "model.hf_config_json: not a JSON object");
@@ -154,10 +163,9 @@ absl::StatusOr<ModelSpec> PlannerHandlerImpl::ResolveModel(
   }
   std::vector<std::string> names;
   for (const ModelSpec& m : models_) names.push_back(m.name);
-  return absl::InvalidArgumentError(
-      absl::StrCat("model.name: unknown model \"", ref.name,
-                   "\" (known: ", absl::StrJoin(names, ", "),
-                   "; or give model.hf_config_json)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model.name: unknown model \"", ref.name, "\" (known: ",
+      absl::StrJoin(names, ", "), "; or give model.hf_config_json)"));
 }
 
 absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
@@ -188,10 +196,9 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
                      " (or 0 for the default), got ", q.max_depth));
   }
   if (q.max_templates < 0 || q.max_templates > kMaxTemplatesLimit) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.max_templates: must be in 1..",
-                     kMaxTemplatesLimit, " (or 0 for the default), got ",
-                     q.max_templates));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.max_templates: must be in 1..", kMaxTemplatesLimit,
+        " (or 0 for the default), got ", q.max_templates));
   }
   absl::StatusOr<ModelSpec> model = ResolveModel(q.model);
   if (!model.ok()) return model.status();
@@ -205,8 +212,8 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
   if (!ctx.ok()) return ctx.status();
 
   PlannerOptions options;
-  absl::Duration budget = q.budget_s > 0 ? absl::Seconds(q.budget_s)
-                                         : config_.default_budget;
+  absl::Duration budget =
+      q.budget_s > 0 ? absl::Seconds(q.budget_s) : config_.default_budget;
   budget = std::min(budget, config_.max_budget);
   bool budget_from_deadline = false;
   if (q.deadline != absl::InfiniteFuture()) {
@@ -227,7 +234,8 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
   if (q.max_templates > 0) options.max_templates = q.max_templates;
   options.cancelled = q.cancelled;
 
-  absl::StatusOr<PlanResult> result = (*planner)->Run((*ctx)->cost_model(), options);
+  absl::StatusOr<PlanResult> result =
+      (*planner)->Run((*ctx)->cost_model(), options);
   const bool cancelled = q.cancelled != nullptr && q.cancelled->load();
   const bool out_of_time =
       budget_from_deadline && absl::Now() - start >= budget;
@@ -238,14 +246,15 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
                                          absl::StatusCode::kInvalidArgument)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "the deadline or a cancellation stopped the search before any plan "
-          "was found (", result.status().message(), ")"));
+          "was found (",
+          result.status().message(), ")"));
     }
     return result.status();
   }
   PlanAnswer answer;
-  answer.plan = PlanToJson(result->plan, result->prediction, (*ctx)->cluster(),
-                           (*ctx)->catalog(), (*ctx)->model(),
-                           (*ctx)->training());
+  answer.plan =
+      PlanToJson(result->plan, result->prediction, (*ctx)->cluster(),
+                 (*ctx)->catalog(), (*ctx)->model(), (*ctx)->training());
   answer.planner = result->planner;
   answer.evaluations = result->stats.evaluations;
   answer.exhaustive = result->stats.exhaustive;

@@ -19,8 +19,8 @@ bool IsLoopbackAddress(const std::string& listen) {
 absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
     PlannerHandler* handler, const PlannerServerConfig& config) {
   if (config.service.workers < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "workers: must be >= 1, got ", config.service.workers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("workers: must be >= 1, got ", config.service.workers));
   }
   if (config.service.max_in_flight < config.service.workers) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -78,15 +78,16 @@ void WorkerPool::Loop() {
 // ---- RpcMetrics ----
 
 RpcMetrics::RpcMetrics()
-    : bucket_upper_s_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60,
-                       1e300}) {}
+    : bucket_upper_s_(
+          {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 1e300}) {}
 
 void RpcMetrics::Record(const std::string& method, grpc::StatusCode code,
                         absl::Duration latency) {
   const double s = absl::ToDoubleSeconds(latency);
   absl::MutexLock lock(&mu_);
   Method& m = methods_[method];
-  if (m.bucket_counts.empty()) m.bucket_counts.assign(bucket_upper_s_.size(), 0);
+  if (m.bucket_counts.empty())
+    m.bucket_counts.assign(bucket_upper_s_.size(), 0);
   ++m.requests;
   ++m.codes[CodeName(code)];
   m.total_latency_s += s;
@@ -118,7 +119,8 @@ std::string RpcMetrics::Summary() const {
     absl::StrAppendFormat(&out, "%s: %d requests, mean %.3f s;", name,
                           m.requests,
                           m.requests ? m.total_latency_s / m.requests : 0.0);
-    for (const auto& [code, n] : m.codes) absl::StrAppend(&out, " ", code, "=", n);
+    for (const auto& [code, n] : m.codes)
+      absl::StrAppend(&out, " ", code, "=", n);
     out += "\n";
   }
   return out;
@@ -151,8 +153,7 @@ class PlannerService::Call : public grpc::ServerUnaryReactor {
     } else {
       LOG(WARNING) << "[" << request_id_ << "] " << method_ << " "
                    << CodeName(g.error_code()) << " in "
-                   << absl::FormatDuration(latency) << ": "
-                   << status.message();
+                   << absl::FormatDuration(latency) << ": " << status.message();
     }
     Finish(g);  // last touch: the reactor may be deleted after this
   }
@@ -203,9 +204,9 @@ grpc::ServerUnaryReactor* PlannerService::RunOnPool(
     std::function<absl::Status(Call& call)> work) {
   Call* call = Begin(context, method);
   if (!TryAdmit()) {
-    call->Answer(absl::ResourceExhaustedError(absl::StrCat(
-        "server busy: ", config_.max_in_flight,
-        " Plan/Evaluate calls in flight; retry later")));
+    call->Answer(absl::ResourceExhaustedError(
+        absl::StrCat("server busy: ", config_.max_in_flight,
+                     " Plan/Evaluate calls in flight; retry later")));
     return call;
   }
   pool_.Submit([this, call, work = std::move(work)] {
@@ -280,7 +281,8 @@ grpc::ServerUnaryReactor* PlannerService::ListModels(
   Call* call = Begin(context, "ListModels");
   absl::StatusOr<std::vector<ModelSpec>> models = handler_->ListModels();
   if (models.ok()) {
-    for (const ModelSpec& m : *models) *response->add_models() = ModelToProto(m);
+    for (const ModelSpec& m : *models)
+      *response->add_models() = ModelToProto(m);
   }
   call->Answer(models.status());
   return call;
@@ -292,7 +294,8 @@ grpc::ServerUnaryReactor* PlannerService::ListGpuTypes(
   Call* call = Begin(context, "ListGpuTypes");
   absl::StatusOr<std::vector<GpuType>> types = handler_->ListGpuTypes();
   if (types.ok()) {
-    for (const GpuType& t : *types) *response->add_gpu_types() = GpuTypeToProto(t);
+    for (const GpuType& t : *types)
+      *response->add_gpu_types() = GpuTypeToProto(t);
   }
   call->Answer(types.status());
   return call;

@@ -13,13 +13,15 @@ namespace {
 
 // Parses JSON into `message`, skipping fields the message does not have
 // (the CLI JSON carries outputs such as "planner" next to the plan).
-absl::Status FromJson(const nlohmann::json& j, google::protobuf::Message* message) {
+absl::Status FromJson(const nlohmann::json& j,
+                      google::protobuf::Message* message) {
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;
-  auto s = google::protobuf::util::JsonStringToMessage(j.dump(), message, options);
+  auto s =
+      google::protobuf::util::JsonStringToMessage(j.dump(), message, options);
   if (!s.ok()) {
-    return absl::InternalError(absl::StrCat("JSON -> ", message->GetTypeName(),
-                                            ": ", s.ToString()));
+    return absl::InternalError(
+        absl::StrCat("JSON -> ", message->GetTypeName(), ": ", s.ToString()));
   }
   return absl::OkStatus();
 }
@@ -89,10 +91,11 @@ nlohmann::json PlanProtoToJson(const v1::Plan& plan) {
     }
     nlohmann::json stages = nlohmann::json::array();
     for (const v1::Stage& s : t.stages()) {
-      nlohmann::json sj = {{"gpu_type", s.gpu_type()},
-                           {"tp", s.tp()},
-                           {"layers", nlohmann::json(std::vector<int>(
-                                          s.layers().begin(), s.layers().end()))}};
+      nlohmann::json sj = {
+          {"gpu_type", s.gpu_type()},
+          {"tp", s.tp()},
+          {"layers", nlohmann::json(std::vector<int>(s.layers().begin(),
+                                                     s.layers().end()))}};
       if (s.has_expert_tiling()) {
         sj["expert_tiling"] = {{"ep", s.expert_tiling().ep()},
                                {"etp", s.expert_tiling().etp()},
