@@ -160,9 +160,13 @@ void BM_ExecutorGlooLoopback(benchmark::State& st) {
   m.head_dim = 128;
   m.ffn = 4096;
   m.vocab = 8192;
-  GpuType fast{.id = "FAST", .peak_bf16_tflops = 1, .peak_fp32_tflops = 1,
-               .memory_gib = 80, .hbm_gbps = 1, .intra_node_gbps = 100,
-               .default_gpus_per_node = 1, .usd_per_hour = 1};
+  GpuType fast;
+  fast.id = "FAST";
+  fast.peak_bf16_tflops = fast.peak_fp32_tflops = fast.hbm_gbps = 1;
+  fast.memory_gib = 80;
+  fast.intra_node_gbps = 100;
+  fast.default_gpus_per_node = 1;
+  fast.usd_per_hour = 1;
   auto catalog = GpuCatalog::Create({fast});
   CHECK(catalog.ok());
   auto old_c = Cluster::Create({{.name = "a", .gpu_type = 0, .num_gpus = 1}},
@@ -172,10 +176,11 @@ void BM_ExecutorGlooLoopback(benchmark::State& st) {
                                *catalog);
   CHECK(old_c.ok() && new_c.ok());
   Plan p, q;
-  p.templates.push_back({.stages = {{.gpu_type = 0, .tp = 1, .layer_begin = 0,
-                                     .layer_end = 2}},
-                         .replicas = 1,
-                         .placement = {{0, {0}}}});
+  Template one;
+  one.stages.push_back(Stage{.gpu_type = 0, .tp = 1, .layer_begin = 0,
+                             .layer_end = 2, .tiling = {}});
+  one.placement = {{0, {0}}};
+  p.templates.push_back(one);
   q = p;
   q.templates[0].replicas = 2;
   q.templates[0].placement.push_back({1, {0}});

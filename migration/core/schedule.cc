@@ -185,7 +185,10 @@ std::vector<Round> ScheduleStage(std::vector<const MigrationTuple*> tuples,
     for (int i : taken) {
       Piece& p = pieces[i];
       if (round.transfers.empty() || round.transfers.back().sender != p.sender) {
-        round.transfers.push_back({.sender = p.sender, .receiver = p.receiver});
+        Transfer t;
+        t.sender = p.sender;
+        t.receiver = p.receiver;
+        round.transfers.push_back(std::move(t));
       }
       Transfer& t = round.transfers.back();
       for (TransferSegment& seg : p.segments) {

@@ -63,6 +63,8 @@ testing::MigrationCase JoinCase() {
       .new_plan = MakePlan({MakeTemplate(
           {MakeStage(1, 0, 2), MakeStage(1, 2, 4)}, 2,
           {{0, {0}}, {0, {1}}, {1, {0}}, {1, {1}}})}),
+      .diff_options = {},
+      .schedule_options = {},
   };
   c.schedule_options.min_piece_bytes = 64 << 10;
   return c;

@@ -53,7 +53,7 @@ std::optional<Plan> RandomPlan(const ModelSpec& m, const Cluster& cluster,
       int tp = std::vector<int>{1, 2, 4}[Pick(rng, 0, 2)];
       while (tp > max_node) tp /= 2;
       Stage st{.gpu_type = 0, .tp = tp, .layer_begin = cuts[s],
-               .layer_end = cuts[s + 1]};
+               .layer_end = cuts[s + 1], .tiling = {}};
       if (m.is_moe()) {
         const int w = tp * t.replicas;
         std::vector<int> eps;
@@ -75,7 +75,7 @@ std::optional<Plan> RandomPlan(const ModelSpec& m, const Cluster& cluster,
         }
         if (fits.empty()) return std::nullopt;
         const int n = fits[Pick(rng, 0, static_cast<int>(fits.size()) - 1)];
-        StagePlacement p{.node = n};
+        StagePlacement p{.node = n, .gpus = {}};
         for (int k = 0; k < t.stages[s].tp; ++k) {
           p.gpus.push_back(free[n].back());
           free[n].pop_back();
@@ -110,9 +110,9 @@ TEST(MigrationPropertyTest, RandomPlanPairsArriveBitForBitOnGloo) {
   std::set<std::string> kinds;
   for (int i = 0; i < 14; ++i) {
     const int scenario = i % 4;  // join, leave, same GPUs, lost GPU
-    testing::MigrationCase c{.model = i % 3 == 2 ? testing::TinyMoeModel()
-                                                 : testing::TinyModel(),
-                             .catalog = testing::ToyCatalog()};
+    testing::MigrationCase c;
+    c.model = i % 3 == 2 ? testing::TinyMoeModel() : testing::TinyModel();
+    c.catalog = testing::ToyCatalog();
     const Cluster base = RandomCluster(rng, Pick(rng, 2, 3), "n");
     std::vector<Node> nodes = base.nodes();
     c.new_cluster = base;
