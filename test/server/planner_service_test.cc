@@ -13,6 +13,7 @@
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "planner_service/core/plan_validation.h"
@@ -209,6 +210,54 @@ TEST_F(PlannerServiceTest, HealthIsServing) {
   grpc::Status s = health->Check(&ctx_, {}, &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// Server reflection lists the Planner service. Debian's gRPC ships no
+// generated reflection client (and linking a second copy of its messages
+// would clash with the server's), so this speaks the wire format directly:
+// a ServerReflectionRequest with list_services = "" (field 7) is the two
+// bytes 0x3A 0x00, and the answer must contain the service's full name.
+TEST_F(PlannerServiceTest, ReflectionListsThePlannerService) {
+  grpc::GenericStub stub(channel_);
+  grpc::CompletionQueue cq;
+  ctx_.set_deadline(In(absl::Seconds(10)));
+  auto call = stub.PrepareCall(
+      &ctx_, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      &cq);
+  void* tag;
+  bool ok;
+  auto next = [&](intptr_t want) {
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    ASSERT_EQ(reinterpret_cast<intptr_t>(tag), want);
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  next(1);
+  ASSERT_TRUE(ok);
+  const char request[] = {0x3A, 0x00};
+  grpc::Slice slice(request, sizeof(request));
+  grpc::ByteBuffer out(&slice, 1);
+  call->Write(out, reinterpret_cast<void*>(2));
+  next(2);
+  ASSERT_TRUE(ok);
+  grpc::ByteBuffer in;
+  call->Read(&in, reinterpret_cast<void*>(3));
+  next(3);
+  ASSERT_TRUE(ok);
+  call->WritesDone(reinterpret_cast<void*>(4));
+  next(4);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  next(5);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  grpc::Slice answer;
+  ASSERT_TRUE(in.DumpToSingleSlice(&answer).ok());
+  const std::string bytes(reinterpret_cast<const char*>(answer.begin()),
+                          answer.size());
+  EXPECT_THAT(bytes, HasSubstr("arachne.v1.Planner"));
+  EXPECT_THAT(bytes, HasSubstr("grpc.health.v1.Health"));
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
 }
 
 TEST_F(PlannerServiceTest, UnknownGpuTypeNamesTheField) {
