@@ -305,10 +305,19 @@ absl::StatusOr<PlanLayout> PlanLayout::Create(const ModelState& state,
       for (int s = 0; s < t.depth(); ++s) {
         const Stage& st = t.stages[s];
         const StagePlacement& p = t.at(r, s);
-        const int nslots_begin = s == 0 ? slot(kEmbeddingLayer)
-                                        : slot(st.layer_begin);
-        const int nslots_end = s == t.depth() - 1 ? slot(kHeadLayer) + 1
-                                                  : slot(st.layer_end);
+        // The blocks of the stage; the embedding on the first stage, and on
+        // the last too when the LM head reuses it (tied embeddings: Megatron
+        // keeps a synchronised copy, with its own optimizer state, there);
+        // the final norm and head on the last. In tensor-id order.
+        const bool last = s == t.depth() - 1;
+        std::vector<int> slots;
+        if (s == 0 || (last && model.tied_embeddings)) {
+          slots.push_back(slot(kEmbeddingLayer));
+        }
+        for (int l = st.layer_begin; l < st.layer_end; ++l) {
+          slots.push_back(slot(l));
+        }
+        if (last) slots.push_back(slot(kHeadLayer));
         for (int k = 0; k < st.tp; ++k) {
           // Position among all GPUs of this stage over the replicas; expert
           // groups are ETP innermost, then EP, then EDP (see plan.h).
@@ -316,7 +325,7 @@ absl::StatusOr<PlanLayout> PlanLayout::Create(const ModelState& state,
           const int ep_rank = (g / st.tiling.etp) % st.tiling.ep;
           const int etp_rank = g % st.tiling.etp;
           std::vector<Holding> holds;
-          for (int sl = nslots_begin; sl < nslots_end; ++sl) {
+          for (int sl : slots) {
             for (int id : by_layer[sl]) {
               const TensorSpec& ts = state.tensor(id);
               if (ts.expert >= 0) {

@@ -7,7 +7,9 @@
 // PlanLayout says which byte range of which tensor every GPU of a plan holds:
 // TP splits a parameter along its split dimension, EP spreads the routed
 // experts of a stage over its expert-parallel ranks (ETP slices an expert
-// like TP), and DP / EDP replicas hold copies.
+// like TP), and DP / EDP replicas hold copies. With tied embeddings the last
+// stage of a pipeline also holds the embedding (Megatron's synchronised copy
+// that the LM head uses).
 //
 // Canonical byte order: a tensor is stored with its TP split dimension
 // outermost. Column-parallel weights ([out, in], split on out) are stored as

@@ -101,6 +101,29 @@ TEST(PlanLayoutTest, TwoStagePipelineExactBytes) {
   EXPECT_EQ(l->TotalBytes(), s->TotalBytes() + 2 * 128 * 14);
 }
 
+TEST(PlanLayoutTest, TiedEmbeddingsAreAlsoOnTheLastStage) {
+  ModelSpec m = TinyModel();
+  m.tied_embeddings = true;
+  auto s = ModelState::Create(m);
+  ASSERT_TRUE(s.ok());
+  const Cluster c = MakeCluster({{"a", testing::kFast, 2}});
+  const Plan p = MakePlan({MakeTemplate(
+      {MakeStage(1, 0, 2), MakeStage(1, 2, 4)}, 1, {{0, {0}}, {0, {1}}})});
+  auto l = PlanLayout::Create(*s, p, c);
+  ASSERT_TRUE(l.ok()) << l.status();
+  const int emb = FindTensor(*s, "embedding.weight:adam_m");
+  auto holds = [&](int g, int tensor) {
+    for (const Holding& h : l->holdings(g)) {
+      if (h.tensor == tensor) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(holds(0, emb));
+  EXPECT_TRUE(holds(1, emb));
+  // Stage 1: two layers, the final norm and the embedding copy.
+  EXPECT_EQ(l->BytesOn(1), (2 * 36992 + 64 + 16384) * 14);
+}
+
 TEST(PlanLayoutTest, ExpertParallelSpreadsExperts) {
   auto s = ModelState::Create(TinyMoeModel());
   ASSERT_TRUE(s.ok());
