@@ -45,7 +45,7 @@ Plan FindPlan(const CostModel& cm) {
   return r->plan;
 }
 
-// A join: the old cluster is the first `old_nodes` nodes of the new one.
+// A join (or leave): old and new clusters are prefixes of one node list.
 struct Join {
   std::unique_ptr<PlanningContext> old_ctx, new_ctx;
   ModelState state;
@@ -64,8 +64,8 @@ std::unique_ptr<PlanningContext> Context(const PlanningContext& base,
   return *std::move(ctx);
 }
 
-// `file`'s nodes plus `extra_h100_nodes` 4-GPU H100 nodes, cut to
-// `new_nodes` (0: all); the old cluster is the first `old_nodes`.
+// `file`'s nodes plus `extra_h100_nodes` 4-GPU H100 nodes: the old cluster
+// is the first `old_nodes`, the new one the first `new_nodes` (0: all).
 const Join& GetJoin(const std::string& model, const std::string& file,
                     int global_batch, int extra_h100_nodes, int old_nodes,
                     int new_nodes) {
@@ -86,9 +86,9 @@ const Join& GetJoin(const std::string& model, const std::string& file,
     nodes.push_back({.name = absl::StrCat("h100-join-", i),
                      .gpu_type = *h100, .num_gpus = 4});
   }
-  if (new_nodes > 0) nodes.resize(new_nodes);
   auto j = std::make_unique<Join>();
   j->old_ctx = Context(**base, {nodes.begin(), nodes.begin() + old_nodes});
+  if (new_nodes > 0) nodes.resize(new_nodes);
   j->new_ctx = Context(**base, nodes);
   auto state = ModelState::Create((*base)->model());
   CHECK(state.ok());
@@ -136,6 +136,13 @@ void BM_Join_Llama3_8B_Paper512_Plus64H100(benchmark::State& st) {
   RunJoin(st, GetJoin("llama3-8b", "paper-512.yaml", 2048, 16, 128, 0));
 }
 BENCHMARK(BM_Join_Llama3_8B_Paper512_Plus64H100)->Unit(benchmark::kMillisecond);
+
+// The reverse: 16 H100 nodes (64 GPUs) leave the 512-GPU cluster.
+void BM_Leave_Llama3_8B_Paper512_Minus64H100(benchmark::State& st) {
+  RunJoin(st, GetJoin("llama3-8b", "paper-512.yaml", 2048, 0, 128, 112));
+}
+BENCHMARK(BM_Leave_Llama3_8B_Paper512_Minus64H100)
+    ->Unit(benchmark::kMillisecond);
 
 // GPT-Neo-2.7B on the testbed grown node by node from the RTX PRO 6000
 // node: range(0) old nodes join one more (3->7, 7->11, 11->15, 15->19 GPUs).
