@@ -33,7 +33,10 @@ struct PlannerOptions {
   // Wall-clock budget; the planner returns its best plan when it runs out.
   absl::Duration budget = absl::Seconds(600);
   // Stop after this many plan evaluations (0: no limit). Deterministic,
-  // unlike the budget.
+  // unlike the budget. Checked between candidates: the candidate being
+  // priced when the limit is reached finishes (auto-fill prices several
+  // micro-batch sizes and splits per template), so a run may end a few
+  // evaluations past the limit.
   int64_t max_evaluations = 0;
   // Largest pipeline depth a template may have (Dmax); capped by layers.
   int max_depth = 16;
