@@ -171,6 +171,24 @@ class GlooTransportFactory : public TransportFactory {
       context->setTimeout(ToChrono(config.connect_timeout));
       StoreAdapter adapter(store, config.store_prefix, config.connect_timeout);
       context->connectFullMesh(adapter, device);
+      // Gloo's full mesh is complete on this rank before it is on all of
+      // them; a rank that returned and exited at once would cut a peer's
+      // connection while the peer still sets it up. Leave only when every
+      // rank is connected.
+      const std::string done =
+          absl::StrCat(config.store_prefix, "/gloo_connected/");
+      if (absl::Status s = store->Set(absl::StrCat(done, config.rank), "1");
+          !s.ok()) {
+        return s;
+      }
+      for (int r = 0; r < config.world_size; ++r) {
+        if (absl::Status s =
+                store->Get(absl::StrCat(done, r), config.connect_timeout)
+                    .status();
+            !s.ok()) {
+          return s;
+        }
+      }
       return std::make_unique<GlooTransport>(std::move(device),
                                              std::move(context));
     } catch (const std::exception& e) {

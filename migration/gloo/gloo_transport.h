@@ -11,8 +11,8 @@ namespace arachne::migration {
 
 // name() "gloo"; always viable. Create() listens on config.hostname,
 // publishes its address in the store under config.store_prefix and connects
-// to every other rank (a full mesh), failing with Unavailable or
-// DeadlineExceeded after config.connect_timeout.
+// to every other rank (a full mesh), and returns once every rank is
+// connected; Unavailable or DeadlineExceeded after config.connect_timeout.
 std::unique_ptr<TransportFactory> MakeGlooTransportFactory();
 
 }  // namespace arachne::migration
