@@ -5,6 +5,7 @@
 #ifndef ARACHNE_TEST_MIGRATION_MIGRATION_HARNESS_H_
 #define ARACHNE_TEST_MIGRATION_MIGRATION_HARNESS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -151,16 +152,31 @@ inline std::vector<absl::Status> RunMigration(
     std::unique_ptr<Transport> t = *std::move(transport);
     if (hooks.wrap) t = hooks.wrap(rank, std::move(t));
     for (int idle : hooks.idle_ranks) {
-      if (idle == rank) {
-        return store.Get("m/finished", absl::Seconds(20)).status();
+      if (idle != rank) continue;
+      // Stay connected until every working rank is done, so they fail by
+      // timeout, not by a closed connection.
+      for (int r = 0; r < world.size(); ++r) {
+        if (std::find(hooks.idle_ranks.begin(), hooks.idle_ranks.end(), r) !=
+            hooks.idle_ranks.end()) {
+          continue;
+        }
+        if (absl::Status s =
+                store.Get(absl::StrCat("m/finished/", r), absl::Seconds(20))
+                    .status();
+            !s.ok()) {
+          return s;
+        }
       }
+      return absl::OkStatus();
     }
     ExecutionReport report;
     const absl::Status run =
         ExecuteMigration(*state, *diff, schedule, old_state, t.get(),
                          &new_state, &report,
                          {.round_timeout = hooks.round_timeout});
-    if (!hooks.idle_ranks.empty()) (void)store.Set("m/finished", "1");
+    if (!hooks.idle_ranks.empty()) {
+      (void)store.Set(absl::StrCat("m/finished/", rank), "1");
+    }
     if (hooks.check) {
       return hooks.check(rank, run, report, old_state, new_state);
     }
