@@ -10,8 +10,8 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "test/cli/cli_runner.h"
 #include "planner_service/cli/bench_runner.h"
-#include "planner_service/cli/cli.h"
 #include "planner_service/io/gpu_catalog_io.h"
 
 namespace arachne {
@@ -20,19 +20,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-struct CliRun {
-  int code;
-  std::string out, err;
-};
-
-CliRun Cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "arachne");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using ::arachne::testing::Cli;
+using ::arachne::testing::CliRun;
 
 std::string TinySuite() {
   return std::string(ARACHNE_SOURCE_DIR) + "/test/data/bench";

@@ -1,7 +1,5 @@
 // The `arachne` commands run in process: outputs, JSON fields, exit codes
 // and error messages for bad input.
-#include "planner_service/cli/cli.h"
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,25 +9,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "test/cli/cli_runner.h"
 
 namespace arachne {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct CliRun {
-  int code;
-  std::string out, err;
-};
-
-CliRun Cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "arachne");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using ::arachne::testing::Cli;
+using ::arachne::testing::CliRun;
 
 std::string Example(const std::string& name) {
   return std::string(ARACHNE_SOURCE_DIR) + "/examples/" + name;
