@@ -95,6 +95,45 @@ struct EvaluateAnswer {
   nlohmann::json plan;  // the plan with its prediction, CLI plan JSON
 };
 
+// Replan after a membership change. The current plan's placement names nodes
+// of `current_cluster`; it is carried to the new cluster (`plan.cluster`) by
+// node name, since a join or leave renumbers nodes but keeps their names.
+struct ReplanQuery {
+  // Model, training, planner options, deadline and cancellation for the new
+  // plan, whose cluster (`plan.cluster`) is the new cluster.
+  PlanQuery plan;
+  ClusterSpec current_cluster;
+  nlohmann::json current_plan;  // the CLI's plan JSON (only `templates`)
+};
+
+// The current plan on the new cluster: the controller keeps it only when
+// feasible.
+struct CurrentPlanVerdict {
+  bool feasible = false;
+  // When not feasible: which node left or changed, or why validation failed.
+  std::string reason;
+  nlohmann::json plan;  // when feasible: CLI plan JSON with its prediction
+};
+
+// Cost of moving the training state from the current plan to the new one
+// (migration/core diff + schedule).
+struct MigrationCost {
+  bool available = false;
+  std::string reason;  // when not available (e.g. a range has no holder)
+  int64_t bytes_moved = 0;
+  int64_t bytes_kept = 0;
+  int64_t naive_bytes = 0;
+  double makespan_s = 0;
+  double lower_bound_s = 0;
+  int transfers = 0;
+};
+
+struct ReplanAnswer {
+  PlanAnswer new_plan;
+  CurrentPlanVerdict current;
+  MigrationCost migration;
+};
+
 // Thread-safe: every method may be called concurrently.
 class PlannerHandler {
  public:
@@ -112,6 +151,15 @@ class PlannerHandler {
   // FailedPrecondition for a well-formed plan that does not fit.
   virtual absl::StatusOr<EvaluateAnswer> Evaluate(
       const EvaluateQuery& query) = 0;
+
+  // New plan on the new cluster, the current plan re-priced there and the
+  // migration cost between them. Errors as Plan for the new plan and the
+  // request's fields ("new_cluster.nodes[1].gpu: ...", "current_cluster...",
+  // InvalidArgument "current_plan: ..." for a malformed current plan or one
+  // on nodes absent from current_cluster). That the current plan does not
+  // fit the new cluster, or that no migration exists, is an answer
+  // (`current.reason`, `migration.reason`), not an error.
+  virtual absl::StatusOr<ReplanAnswer> Replan(const ReplanQuery& query) = 0;
 
   virtual absl::StatusOr<std::vector<ModelSpec>> ListModels() = 0;
   virtual absl::StatusOr<std::vector<GpuType>> ListGpuTypes() = 0;

@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
+#include "migration/core/diff.h"
+#include "migration/core/schedule.h"
+#include "migration/core/state_layout.h"
 #include "planner_service/core/cluster.h"
 #include "planner_service/core/plan_validation.h"
 #include "planner_service/core/planner.h"
@@ -85,19 +89,21 @@ absl::StatusOr<std::unique_ptr<PlannerHandlerImpl>> PlannerHandlerImpl::Create(
 }
 
 absl::StatusOr<Cluster> PlannerHandlerImpl::ResolveCluster(
-    const ClusterSpec& spec) const {
+    const ClusterSpec& spec, absl::string_view field_name) const {
   if (spec.inter_node_gbps < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cluster.inter_node_gbps: must be > 0 (or 0 for the default), got ",
+        field_name,
+        ".inter_node_gbps: must be > 0 (or 0 for the default), got ",
         spec.inter_node_gbps));
   }
   if (spec.nodes.empty()) {
-    return absl::InvalidArgumentError("cluster.nodes: the cluster is empty");
+    return absl::InvalidArgumentError(
+        absl::StrCat(field_name, ".nodes: the cluster is empty"));
   }
   if (spec.nodes.size() > static_cast<size_t>(kMaxNodes)) {
-    return absl::InvalidArgumentError(absl::StrCat("cluster.nodes: at most ",
-                                                   kMaxNodes, " nodes, got ",
-                                                   spec.nodes.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field_name, ".nodes: at most ", kMaxNodes, " nodes, got ",
+                     spec.nodes.size()));
   }
   const double inter =
       spec.inter_node_gbps > 0 ? spec.inter_node_gbps : kDefaultInterNodeGbps;
@@ -105,7 +111,7 @@ absl::StatusOr<Cluster> PlannerHandlerImpl::ResolveCluster(
   nodes.reserve(spec.nodes.size());
   for (size_t i = 0; i < spec.nodes.size(); ++i) {
     const NodeSpec& n = spec.nodes[i];
-    const std::string field = absl::StrCat("cluster.nodes[", i, "]");
+    const std::string field = absl::StrCat(field_name, ".nodes[", i, "]");
     absl::StatusOr<int> type = catalog_.IndexOf(n.gpu);
     if (!type.ok()) {
       std::vector<std::string> ids;
@@ -134,7 +140,11 @@ absl::StatusOr<Cluster> PlannerHandlerImpl::ResolveCluster(
   if (!cluster.ok()) {
     // Core's messages already name the node ("cluster: ..."); keep the code
     // InvalidArgument whatever core chose, since the input is the client's.
-    return absl::InvalidArgumentError(cluster.status().message());
+    if (field_name == "cluster") {
+      return absl::InvalidArgumentError(cluster.status().message());
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(field_name, ": ", cluster.status().message()));
   }
   return cluster;
 }
@@ -168,8 +178,7 @@ absl::StatusOr<ModelSpec> PlannerHandlerImpl::ResolveModel(
       absl::StrJoin(names, ", "), "; or give model.hf_config_json)"));
 }
 
-absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
-  const absl::Time start = absl::Now();
+absl::Status PlannerHandlerImpl::CheckPlanOptions(const PlanQuery& q) {
   if (q.objective == PlanObjective::kUsdPerToken) {
     return absl::UnimplementedError(
         "options.objective: USD_PER_TOKEN is not implemented yet; use "
@@ -200,17 +209,34 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
         "options.max_templates: must be in 1..", kMaxTemplatesLimit,
         " (or 0 for the default), got ", q.max_templates));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
+  const absl::Time start = absl::Now();
+  if (absl::Status s = CheckPlanOptions(q); !s.ok()) return s;
   absl::StatusOr<ModelSpec> model = ResolveModel(q.model);
   if (!model.ok()) return model.status();
   absl::StatusOr<TrainingConfig> training = ResolveTraining(q.training);
   if (!training.ok()) return training.status();
-  absl::StatusOr<Cluster> cluster = ResolveCluster(q.cluster);
+  absl::StatusOr<Cluster> cluster = ResolveCluster(q.cluster, "cluster");
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
       PlanningContext::Create(catalog_, *model, *training, *cluster,
                               config_.profiles_dir);
   if (!ctx.ok()) return ctx.status();
+  return RunPlanner(**ctx, q, start, /*plan=*/nullptr);
+}
 
+absl::StatusOr<PlanAnswer> PlannerHandlerImpl::RunPlanner(
+    const PlanningContext& ctx, const PlanQuery& q, absl::Time start,
+    arachne::Plan* plan) const {
+  const std::string planner_name = q.planner.empty() ? "exact" : q.planner;
+  absl::StatusOr<std::unique_ptr<Planner>> planner = MakePlanner(planner_name);
+  if (!planner.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.planner: ", planner.status().message()));
+  }
   PlannerOptions options;
   absl::Duration budget =
       q.budget_s > 0 ? absl::Seconds(q.budget_s) : config_.default_budget;
@@ -235,7 +261,7 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
   options.cancelled = q.cancelled;
 
   absl::StatusOr<PlanResult> result =
-      (*planner)->Run((*ctx)->cost_model(), options);
+      (*planner)->Run(ctx.cost_model(), options);
   const bool cancelled = q.cancelled != nullptr && q.cancelled->load();
   const bool out_of_time =
       budget_from_deadline && absl::Now() - start >= budget;
@@ -252,9 +278,8 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
     return result.status();
   }
   PlanAnswer answer;
-  answer.plan =
-      PlanToJson(result->plan, result->prediction, (*ctx)->cluster(),
-                 (*ctx)->catalog(), (*ctx)->model(), (*ctx)->training());
+  answer.plan = PlanToJson(result->plan, result->prediction, ctx.cluster(),
+                           ctx.catalog(), ctx.model(), ctx.training());
   answer.planner = result->planner;
   answer.evaluations = result->stats.evaluations;
   answer.exhaustive = result->stats.exhaustive;
@@ -265,6 +290,7 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
   answer.plan["planning_time_s"] = answer.planning_time_s;
   answer.plan["evaluations"] = answer.evaluations;
   answer.plan["exhaustive"] = answer.exhaustive;
+  if (plan != nullptr) *plan = std::move(result->plan);
   return answer;
 }
 
@@ -274,7 +300,7 @@ absl::StatusOr<EvaluateAnswer> PlannerHandlerImpl::Evaluate(
   if (!model.ok()) return model.status();
   absl::StatusOr<TrainingConfig> training = ResolveTraining(q.training);
   if (!training.ok()) return training.status();
-  absl::StatusOr<Cluster> cluster = ResolveCluster(q.cluster);
+  absl::StatusOr<Cluster> cluster = ResolveCluster(q.cluster, "cluster");
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
       PlanningContext::Create(catalog_, *model, *training, *cluster,
@@ -291,6 +317,137 @@ absl::StatusOr<EvaluateAnswer> PlannerHandlerImpl::Evaluate(
   EvaluateAnswer answer;
   answer.plan = PlanToJson(*plan, *p, (*ctx)->cluster(), (*ctx)->catalog(),
                            (*ctx)->model(), (*ctx)->training());
+  return answer;
+}
+
+namespace {
+
+// The current plan (node indices of `from`) with its node indices in `to`,
+// matched by node name; or why it cannot run there: a node it uses left,
+// changed GPU type or has too few GPUs now.
+absl::StatusOr<arachne::Plan> CarryPlanByNodeName(const arachne::Plan& plan,
+                                                  const Cluster& from,
+                                                  const Cluster& to,
+                                                  const GpuCatalog& catalog) {
+  absl::flat_hash_map<std::string, int> index_in_to;
+  for (int i = 0; i < to.num_nodes(); ++i) index_in_to[to.node(i).name] = i;
+  arachne::Plan carried = plan;
+  for (size_t t = 0; t < carried.templates.size(); ++t) {
+    Template& tmpl = carried.templates[t];
+    for (int r = 0; r < tmpl.replicas; ++r) {
+      for (int st = 0; st < tmpl.depth(); ++st) {
+        StagePlacement& p = tmpl.placement[r * tmpl.depth() + st];
+        const Node& old_node = from.node(p.node);
+        const std::string where =
+            absl::StrCat("templates[", t, "].placement[", r, "][", st, "]");
+        auto it = index_in_to.find(old_node.name);
+        if (it == index_in_to.end()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "node \"", old_node.name,
+              "\" left the cluster; the current plan uses it (", where, ")"));
+        }
+        const Node& new_node = to.node(it->second);
+        if (new_node.gpu_type != old_node.gpu_type) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "node \"", old_node.name, "\" is now ",
+              catalog.type(new_node.gpu_type).id, ", was ",
+              catalog.type(old_node.gpu_type).id, " (", where, ")"));
+        }
+        for (int g : p.gpus) {
+          if (g >= new_node.num_gpus) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "node \"", old_node.name, "\" has ", new_node.num_gpus,
+                " GPUs now; the current plan uses its GPU ", g, " (", where,
+                ")"));
+          }
+        }
+        p.node = it->second;
+      }
+    }
+  }
+  return carried;
+}
+
+}  // namespace
+
+absl::StatusOr<ReplanAnswer> PlannerHandlerImpl::Replan(const ReplanQuery& q) {
+  const absl::Time start = absl::Now();
+  if (absl::Status s = CheckPlanOptions(q.plan); !s.ok()) return s;
+  absl::StatusOr<ModelSpec> model = ResolveModel(q.plan.model);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<TrainingConfig> training = ResolveTraining(q.plan.training);
+  if (!training.ok()) return training.status();
+  absl::StatusOr<Cluster> current_cluster =
+      ResolveCluster(q.current_cluster, "current_cluster");
+  if (!current_cluster.ok()) return current_cluster.status();
+  absl::StatusOr<Cluster> new_cluster =
+      ResolveCluster(q.plan.cluster, "new_cluster");
+  if (!new_cluster.ok()) return new_cluster.status();
+  absl::StatusOr<arachne::Plan> current_plan =
+      PlanFromJson(q.current_plan, *current_cluster, catalog_, "current_plan");
+  if (!current_plan.ok()) return current_plan.status();
+  absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
+      PlanningContext::Create(catalog_, *model, *training, *new_cluster,
+                              config_.profiles_dir);
+  if (!ctx.ok()) return ctx.status();
+
+  ReplanAnswer answer;
+  arachne::Plan new_plan;
+  absl::StatusOr<PlanAnswer> planned =
+      RunPlanner(**ctx, q.plan, start, &new_plan);
+  if (!planned.ok()) return planned.status();
+  answer.new_plan = *std::move(planned);
+
+  // The current plan on the new cluster: carried by node name, then the same
+  // validation and pricing as Evaluate.
+  absl::StatusOr<arachne::Plan> carried = CarryPlanByNodeName(
+      *current_plan, *current_cluster, (*ctx)->cluster(), catalog_);
+  if (!carried.ok()) {
+    answer.current.reason = std::string(carried.status().message());
+  } else if (absl::Status s = ValidatePlan(*carried, (*ctx)->cost_model());
+             !s.ok()) {
+    answer.current.reason = std::string(s.message());
+  } else if (absl::StatusOr<Prediction> p =
+                 (*ctx)->cost_model().Predict(*carried);
+             !p.ok()) {
+    answer.current.reason = std::string(p.status().message());
+  } else {
+    answer.current.feasible = true;
+    answer.current.plan =
+        PlanToJson(*carried, *p, (*ctx)->cluster(), (*ctx)->catalog(),
+                   (*ctx)->model(), (*ctx)->training());
+  }
+
+  // State that moves from the current plan (on the current cluster) to the
+  // new plan; GPUs that left hold nothing.
+  absl::StatusOr<migration::ModelState> state =
+      migration::ModelState::Create((*ctx)->model());
+  if (!state.ok()) {
+    answer.migration.reason = std::string(state.status().message());
+    return answer;
+  }
+  const migration::MigrationWorld world((*ctx)->cluster(), catalog_);
+  absl::StatusOr<migration::StateDiff> diff =
+      migration::ComputeDiff(*state, *current_plan, *current_cluster, new_plan,
+                             (*ctx)->cluster(), world);
+  if (!diff.ok()) {
+    answer.migration.reason = std::string(diff.status().message());
+    return answer;
+  }
+  const migration::MigrationSchedule schedule =
+      migration::BuildSchedule(*diff, world);
+  MigrationCost& m = answer.migration;
+  m.available = true;
+  m.bytes_moved = diff->bytes_moved;
+  m.bytes_kept = diff->bytes_kept;
+  m.naive_bytes = diff->naive_bytes;
+  m.makespan_s = schedule.makespan_s;
+  m.lower_bound_s = schedule.lower_bound_s;
+  for (const auto* stage : {&schedule.stage1, &schedule.stage2}) {
+    for (const migration::Round& round : *stage) {
+      m.transfers += static_cast<int>(round.transfers.size());
+    }
+  }
   return answer;
 }
 

@@ -9,10 +9,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "planner_service/core/cluster.h"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
+#include "planner_service/core/plan.h"
+#include "planner_service/io/planning_context.h"
 #include "planner_service/server/planner_handler.h"
 
 namespace arachne {
@@ -32,6 +35,7 @@ class PlannerHandlerImpl : public PlannerHandler {
 
   absl::StatusOr<PlanAnswer> Plan(const PlanQuery& query) override;
   absl::StatusOr<EvaluateAnswer> Evaluate(const EvaluateQuery& query) override;
+  absl::StatusOr<ReplanAnswer> Replan(const ReplanQuery& query) override;
   absl::StatusOr<std::vector<ModelSpec>> ListModels() override;
   absl::StatusOr<std::vector<GpuType>> ListGpuTypes() override;
 
@@ -42,7 +46,17 @@ class PlannerHandlerImpl : public PlannerHandler {
         catalog_(std::move(catalog)),
         models_(std::move(models)) {}
 
-  absl::StatusOr<Cluster> ResolveCluster(const ClusterSpec& spec) const;
+  // InvalidArgument / Unimplemented naming the options field.
+  static absl::Status CheckPlanOptions(const PlanQuery& q);
+  // Runs q's planner on `ctx` under q's budget, deadline and cancellation;
+  // `start` is when the call began (for planning_time_s). Also returns the
+  // plan in `plan` when not null.
+  absl::StatusOr<PlanAnswer> RunPlanner(const PlanningContext& ctx,
+                                        const PlanQuery& q, absl::Time start,
+                                        arachne::Plan* plan) const;
+  // `field` names the request field in errors ("cluster", "new_cluster").
+  absl::StatusOr<Cluster> ResolveCluster(const ClusterSpec& spec,
+                                         absl::string_view field) const;
   absl::StatusOr<ModelSpec> ResolveModel(const ModelRef& ref) const;
 
   // Immutable after Create, so shared by concurrent calls without a lock.

@@ -206,7 +206,7 @@ grpc::ServerUnaryReactor* PlannerService::RunOnPool(
   if (!TryAdmit()) {
     call->Answer(absl::ResourceExhaustedError(
         absl::StrCat("server busy: ", config_.max_in_flight,
-                     " Plan/Evaluate calls in flight; retry later")));
+                     " Plan/Evaluate/Replan calls in flight; retry later")));
     return call;
   }
   pool_.Submit([this, call, work = std::move(work)] {
@@ -221,39 +221,100 @@ grpc::ServerUnaryReactor* PlannerService::RunOnPool(
   return call;
 }
 
+namespace {
+
+// The handler's query for a Plan or Replan request (the cluster is set by
+// the caller: Replan's is new_cluster).
+PlanQuery PlanQueryFromProto(const v1::ModelRef& model,
+                             const v1::TrainingConfig& training,
+                             const v1::PlannerOptions& o) {
+  PlanQuery q;
+  q.model = ModelRefFromProto(model);
+  q.training = TrainingFromProto(training);
+  q.planner = o.planner();
+  q.budget_s = o.budget_s();
+  q.max_evaluations = o.max_evaluations();
+  q.seed = o.seed();
+  q.max_depth = o.max_depth();
+  q.max_templates = o.max_templates();
+  q.objective = o.objective() == v1::PlannerOptions::USD_PER_TOKEN
+                    ? PlanObjective::kUsdPerToken
+                    : PlanObjective::kThroughput;
+  return q;
+}
+
+absl::Status FillPlanResponse(const PlanAnswer& a, v1::PlanResponse* response) {
+  if (absl::Status s = PlanJsonToProto(a.plan, response->mutable_plan(),
+                                       response->mutable_prediction());
+      !s.ok()) {
+    return s;
+  }
+  response->set_planner(a.planner);
+  response->set_planning_time_s(a.planning_time_s);
+  response->set_evaluations(a.evaluations);
+  response->set_exhaustive(a.exhaustive);
+  response->set_stopped_early(a.stopped_early);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* PlannerService::Plan(
     grpc::CallbackServerContext* context, const v1::PlanRequest* request,
     v1::PlanResponse* response) {
   return RunOnPool(context, "Plan", [this, request, response](Call& call) {
-    PlanQuery q;
-    q.model = ModelRefFromProto(request->model());
-    q.training = TrainingFromProto(request->training());
+    PlanQuery q = PlanQueryFromProto(request->model(), request->training(),
+                                     request->options());
     q.cluster = ClusterFromProto(request->cluster());
-    const v1::PlannerOptions& o = request->options();
-    q.planner = o.planner();
-    q.budget_s = o.budget_s();
-    q.max_evaluations = o.max_evaluations();
-    q.seed = o.seed();
-    q.max_depth = o.max_depth();
-    q.max_templates = o.max_templates();
-    q.objective = o.objective() == v1::PlannerOptions::USD_PER_TOKEN
-                      ? PlanObjective::kUsdPerToken
-                      : PlanObjective::kThroughput;
     q.deadline = call.deadline();
     q.cancelled = call.cancelled();
     q.request_id = call.request_id();
     absl::StatusOr<PlanAnswer> a = handler_->Plan(q);
     if (!a.ok()) return a.status();
-    if (absl::Status s = PlanJsonToProto(a->plan, response->mutable_plan(),
-                                         response->mutable_prediction());
+    return FillPlanResponse(*a, response);
+  });
+}
+
+grpc::ServerUnaryReactor* PlannerService::Replan(
+    grpc::CallbackServerContext* context, const v1::ReplanRequest* request,
+    v1::ReplanResponse* response) {
+  return RunOnPool(context, "Replan", [this, request, response](Call& call) {
+    ReplanQuery q;
+    q.plan = PlanQueryFromProto(request->model(), request->training(),
+                                request->options());
+    q.plan.cluster = ClusterFromProto(request->new_cluster());
+    q.plan.deadline = call.deadline();
+    q.plan.cancelled = call.cancelled();
+    q.plan.request_id = call.request_id();
+    q.current_cluster = ClusterFromProto(request->current_cluster());
+    q.current_plan = PlanProtoToJson(request->current_plan());
+    absl::StatusOr<ReplanAnswer> a = handler_->Replan(q);
+    if (!a.ok()) return a.status();
+    if (absl::Status s =
+            FillPlanResponse(a->new_plan, response->mutable_new_plan());
         !s.ok()) {
       return s;
     }
-    response->set_planner(a->planner);
-    response->set_planning_time_s(a->planning_time_s);
-    response->set_evaluations(a->evaluations);
-    response->set_exhaustive(a->exhaustive);
-    response->set_stopped_early(a->stopped_early);
+    v1::CurrentPlanOnNewCluster* current = response->mutable_current();
+    current->set_feasible(a->current.feasible);
+    current->set_reason(a->current.reason);
+    if (a->current.feasible) {
+      if (absl::Status s =
+              PlanJsonToProto(a->current.plan, current->mutable_plan(),
+                              current->mutable_prediction());
+          !s.ok()) {
+        return s;
+      }
+    }
+    v1::MigrationEstimate* m = response->mutable_migration();
+    m->set_available(a->migration.available);
+    m->set_reason(a->migration.reason);
+    m->set_bytes_moved(a->migration.bytes_moved);
+    m->set_bytes_kept(a->migration.bytes_kept);
+    m->set_naive_bytes(a->migration.naive_bytes);
+    m->set_makespan_s(a->migration.makespan_s);
+    m->set_lower_bound_s(a->migration.lower_bound_s);
+    m->set_transfers(a->migration.transfers);
     return absl::OkStatus();
   });
 }

@@ -4,8 +4,8 @@
 // deadlines and cancellation, bounded concurrency, request ids in the logs,
 // per-RPC counters and latency histograms (GetStats).
 //
-// Plan and Evaluate run on a fixed pool of worker threads, never on gRPC's
-// callback threads; at most `max_in_flight` of them are admitted at once
+// Plan, Evaluate and Replan run on a fixed pool of worker threads, never on
+// gRPC's callback threads; at most `max_in_flight` of them are admitted at once
 // (queued or running), further ones answer RESOURCE_EXHAUSTED at once, so
 // memory stays bounded under any load.
 #ifndef ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_SERVICE_H_
@@ -35,8 +35,8 @@ namespace arachne {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 struct PlannerServiceConfig {
-  int workers = 4;         // threads running Plan / Evaluate
-  int max_in_flight = 16;  // admitted Plan + Evaluate calls (>= workers)
+  int workers = 4;         // threads running Plan / Evaluate / Replan
+  int max_in_flight = 16;  // admitted Plan/Evaluate/Replan calls (>= workers)
 };
 
 // A fixed set of threads draining a FIFO of tasks. Destruction runs the
@@ -91,6 +91,9 @@ class PlannerService final : public v1::Planner::CallbackService {
   grpc::ServerUnaryReactor* Evaluate(grpc::CallbackServerContext* context,
                                      const v1::EvaluateRequest* request,
                                      v1::EvaluateResponse* response) override;
+  grpc::ServerUnaryReactor* Replan(grpc::CallbackServerContext* context,
+                                   const v1::ReplanRequest* request,
+                                   v1::ReplanResponse* response) override;
   grpc::ServerUnaryReactor* ListModels(
       grpc::CallbackServerContext* context,
       const v1::ListModelsRequest* request,

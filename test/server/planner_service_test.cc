@@ -451,6 +451,9 @@ class BlockingHandler : public PlannerHandler {
   absl::StatusOr<EvaluateAnswer> Evaluate(const EvaluateQuery&) override {
     return absl::UnimplementedError("fake");
   }
+  absl::StatusOr<ReplanAnswer> Replan(const ReplanQuery&) override {
+    return absl::UnimplementedError("fake");
+  }
   absl::StatusOr<std::vector<ModelSpec>> ListModels() override {
     return std::vector<ModelSpec>{};
   }
