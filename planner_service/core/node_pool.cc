@@ -105,6 +105,13 @@ void NodePool::TakeGpus(int node, int count, StagePlacement* out) {
   total_free_ -= count;
 }
 
+int NodePool::PlaceStage(int gpu_type, int tp, int previous_node,
+                         StagePlacement* out) {
+  const int node = ChooseNode(gpu_type, tp, previous_node);
+  if (node >= 0) TakeGpus(node, tp, out);
+  return node;
+}
+
 bool NodePool::PlaceReplica(absl::Span<const Stage> stages,
                             std::vector<StagePlacement>* out) {
   const size_t start = out->size();

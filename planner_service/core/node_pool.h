@@ -33,6 +33,16 @@ class NodePool {
   bool PlaceReplica(absl::Span<const Stage> stages,
                     std::vector<StagePlacement>* out);
 
+  // Places the TP group of one stage of a replica by the rule PlaceReplica
+  // applies to each of its stages (`previous_node`: the node of the
+  // replica's previous stage, -1 for its first). Returns the node taken, or
+  // -1 and changes nothing when no node of `gpu_type` has `tp` GPUs free.
+  // Calling it stage after stage (passing back the node it returned) places
+  // a replica exactly as PlaceReplica does, so a caller that builds a
+  // structure one stage at a time (the construction environment's masks)
+  // sees the placement auto-fill will make.
+  int PlaceStage(int gpu_type, int tp, int previous_node, StagePlacement* out);
+
   // Marks every free GPU of `node` as used, so no placement goes there
   // (a planner confined to part of the cluster withholds the rest).
   void Withhold(int node);
