@@ -3,10 +3,13 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
 #include "planner_service/server/planner_handler_impl.h"
@@ -24,12 +27,12 @@ int main(int argc, char** argv) {
                  "directory of gpus.yaml, models.yaml and profiles (default: "
                  "built-in data)");
   app.add_option("--workers", server.service.workers,
-                 "threads running Plan/Evaluate")
+                 "threads running Plan/Evaluate/Replan")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option(
-         "--max-in-flight", server.service.max_in_flight,
-         "Plan/Evaluate calls admitted at once; more answer RESOURCE_EXHAUSTED")
+  app.add_option("--max-in-flight", server.service.max_in_flight,
+                 "Plan/Evaluate/Replan calls admitted at once; more answer "
+                 "RESOURCE_EXHAUSTED")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--default-budget-s", default_budget_s,
@@ -43,7 +46,32 @@ int main(int argc, char** argv) {
                  "on SIGTERM/SIGINT, time calls in flight get to finish")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--tls-cert", server.tls.cert_file,
+                 "server certificate chain (PEM); enables TLS");
+  app.add_option("--tls-key", server.tls.key_file,
+                 "private key of --tls-cert (PEM)");
+  app.add_option("--tls-client-ca", server.tls.client_ca_file,
+                 "CA certificates (PEM) that client certificates must chain "
+                 "to; enables mutual TLS");
+  std::string token_file;
+  app.add_option("--token-file", token_file,
+                 "file holding the bearer token clients must send as "
+                 "'authorization: Bearer <token>' (a file, not a flag value, "
+                 "so it stays out of the process list)");
   CLI11_PARSE(app, argc, argv);
+
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    std::string token(absl::StripAsciiWhitespace(buffer.str()));
+    if (!in || token.empty()) {
+      std::cerr << "arachne-planner: --token-file: cannot read a token from \""
+                << token_file << "\"\n";
+      return 2;
+    }
+    server.service.bearer_token = std::move(token);
+  }
 
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

@@ -1,5 +1,8 @@
 #include "planner_service/server/planner_server.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -16,6 +19,58 @@ bool IsLoopbackAddress(const std::string& listen) {
          absl::StartsWith(listen, "ipv4:127.");
 }
 
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path,
+                                    absl::string_view field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat(field, ": cannot read \"", path, "\""));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (buffer.str().find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": \"", path, "\" is not a PEM file"));
+  }
+  return buffer.str();
+}
+
+// Plaintext, or TLS (optionally mutual) from the config's PEM files.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(
+    const ServerTlsConfig& tls) {
+  if (!tls.enabled()) {
+    if (!tls.key_file.empty() || !tls.client_ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          "tls.cert_file: required when tls.key_file or tls.client_ca_file "
+          "is set");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls.key_file: required with tls.cert_file");
+  }
+  absl::StatusOr<std::string> cert = ReadPem(tls.cert_file, "tls.cert_file");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(tls.key_file, "tls.key_file");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!tls.client_ca_file.empty()) {
+    absl::StatusOr<std::string> ca =
+        ReadPem(tls.client_ca_file, "tls.client_ca_file");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
     PlannerHandler* handler, const PlannerServerConfig& config) {
   if (config.service.workers < 1) {
@@ -27,10 +82,18 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
         "max_in_flight: must be >= workers (", config.service.workers,
         "), got ", config.service.max_in_flight));
   }
-  if (!IsLoopbackAddress(config.listen)) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeCredentials(config.tls);
+  if (!credentials.ok()) return credentials.status();
+  if (!IsLoopbackAddress(config.listen) && !config.tls.enabled()) {
     LOG(WARNING) << "listening on " << config.listen
                  << " without TLS: anyone who can reach it can use the "
-                    "planner; bind 127.0.0.1 or put it behind a TLS proxy";
+                    "planner"
+                 << (config.service.bearer_token.empty()
+                         ? ""
+                         : " and read the bearer token off the wire")
+                 << "; give --tls-cert/--tls-key, bind 127.0.0.1 or put it "
+                    "behind a TLS proxy";
   }
   // Process-wide switches; must precede BuildAndStart.
   grpc::EnableDefaultHealthCheckService(true);
@@ -39,8 +102,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
   std::unique_ptr<PlannerServer> s(new PlannerServer());
   s->service_ = std::make_unique<PlannerService>(handler, config.service);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
-                           &s->port_);
+  builder.AddListeningPort(config.listen, *credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
@@ -49,7 +111,12 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
   }
   s->server_->GetHealthCheckService()->SetServingStatus(true);
   LOG(INFO) << "arachne-planner serving on " << config.listen << " (port "
-            << s->port_ << "), " << config.service.workers << " workers, "
+            << s->port_ << "), "
+            << (config.tls.enabled()
+                    ? (config.tls.client_ca_file.empty() ? "TLS" : "mutual TLS")
+                    : "plaintext")
+            << (config.service.bearer_token.empty() ? "" : ", bearer token")
+            << ", " << config.service.workers << " workers, "
             << config.service.max_in_flight << " in flight at most";
   return s;
 }

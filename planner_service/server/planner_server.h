@@ -17,10 +17,23 @@
 
 namespace arachne {
 
+// TLS on the listening port, from PEM files. Without a cert the port is
+// plaintext.
+struct ServerTlsConfig {
+  std::string cert_file;  // server certificate chain (PEM)
+  std::string key_file;   // its private key (PEM)
+  // When set: mutual TLS, every client must present a certificate signed by
+  // one of these CAs (PEM), or the handshake fails.
+  std::string client_ca_file;
+  bool enabled() const { return !cert_file.empty(); }
+};
+
 struct PlannerServerConfig {
-  // host:port; port 0 picks a free one. Plaintext: a non-loopback address
-  // logs a warning (TLS is not implemented yet).
+  // host:port; port 0 picks a free one. A non-loopback address without TLS
+  // logs a warning.
   std::string listen = "127.0.0.1:50051";
+  ServerTlsConfig tls;
+  // Bearer token (service.bearer_token) and workers are in `service`.
   PlannerServiceConfig service;
 };
 
@@ -31,7 +44,8 @@ bool IsLoopbackAddress(const std::string& listen);
 class PlannerServer {
  public:
   // Binds and starts serving; health reports SERVING. Unavailable when the
-  // address cannot be bound, InvalidArgument for a bad config.
+  // address cannot be bound, InvalidArgument for a bad config (naming the
+  // field), NotFound for a TLS file that cannot be read (naming the file).
   static absl::StatusOr<std::unique_ptr<PlannerServer>> Start(
       PlannerHandler* handler, const PlannerServerConfig& config);
   // Shuts down (with no grace) if Shutdown was not called.

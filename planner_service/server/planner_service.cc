@@ -4,8 +4,10 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "glog/logging.h"
 #include "planner_service/server/proto_convert.h"
 
@@ -199,10 +201,49 @@ PlannerService::Call* PlannerService::Begin(
   return new Call(this, context, method, std::move(id));
 }
 
+namespace {
+
+// Compares in time independent of where the strings differ, so the answer
+// time does not reveal how much of a guessed token was right.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::Status PlannerService::Authenticate(
+    const grpc::CallbackServerContext& context) const {
+  if (config_.bearer_token.empty()) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError(
+        "authorization: missing; send the metadata \"authorization: Bearer "
+        "<token>\"");
+  }
+  const absl::string_view value(it->second.data(), it->second.size());
+  constexpr absl::string_view kScheme = "Bearer ";
+  if (!absl::StartsWith(value, kScheme) ||
+      !ConstantTimeEquals(value.substr(kScheme.size()), config_.bearer_token)) {
+    return absl::UnauthenticatedError(
+        "authorization: wrong bearer token (expected \"Bearer <token>\")");
+  }
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* PlannerService::RunOnPool(
     grpc::CallbackServerContext* context, const char* method,
     std::function<absl::Status(Call& call)> work) {
   Call* call = Begin(context, method);
+  if (absl::Status auth = Authenticate(*context); !auth.ok()) {
+    call->Answer(auth);
+    return call;
+  }
   if (!TryAdmit()) {
     call->Answer(absl::ResourceExhaustedError(
         absl::StrCat("server busy: ", config_.max_in_flight,
@@ -340,6 +381,10 @@ grpc::ServerUnaryReactor* PlannerService::ListModels(
     grpc::CallbackServerContext* context, const v1::ListModelsRequest*,
     v1::ListModelsResponse* response) {
   Call* call = Begin(context, "ListModels");
+  if (absl::Status auth = Authenticate(*context); !auth.ok()) {
+    call->Answer(auth);
+    return call;
+  }
   absl::StatusOr<std::vector<ModelSpec>> models = handler_->ListModels();
   if (models.ok()) {
     for (const ModelSpec& m : *models)
@@ -353,6 +398,10 @@ grpc::ServerUnaryReactor* PlannerService::ListGpuTypes(
     grpc::CallbackServerContext* context, const v1::ListGpuTypesRequest*,
     v1::ListGpuTypesResponse* response) {
   Call* call = Begin(context, "ListGpuTypes");
+  if (absl::Status auth = Authenticate(*context); !auth.ok()) {
+    call->Answer(auth);
+    return call;
+  }
   absl::StatusOr<std::vector<GpuType>> types = handler_->ListGpuTypes();
   if (types.ok()) {
     for (const GpuType& t : *types)
@@ -366,6 +415,10 @@ grpc::ServerUnaryReactor* PlannerService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest*,
     v1::GetStatsResponse* response) {
   Call* call = Begin(context, "GetStats");
+  if (absl::Status auth = Authenticate(*context); !auth.ok()) {
+    call->Answer(auth);
+    return call;
+  }
   metrics_.Fill(response);
   response->set_in_flight(in_flight_.load());
   response->set_uptime_s(absl::ToDoubleSeconds(absl::Now() - started_));

@@ -37,6 +37,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 struct PlannerServiceConfig {
   int workers = 4;         // threads running Plan / Evaluate / Replan
   int max_in_flight = 16;  // admitted Plan/Evaluate/Replan calls (>= workers)
+  // When not empty, every arachne.v1.Planner call must carry the metadata
+  // `authorization: Bearer <token>` or is answered UNAUTHENTICATED. Health
+  // and reflection stay open: Kubernetes probes cannot send metadata.
+  std::string bearer_token;
 };
 
 // A fixed set of threads draining a FIFO of tasks. Destruction runs the
@@ -118,6 +122,9 @@ class PlannerService final : public v1::Planner::CallbackService {
       grpc::CallbackServerContext* context, const char* method,
       std::function<absl::Status(Call& call)> work);
   Call* Begin(grpc::CallbackServerContext* context, const char* method);
+  // OK without a configured token, else Unauthenticated unless the call
+  // carries `authorization: Bearer <token>`.
+  absl::Status Authenticate(const grpc::CallbackServerContext& context) const;
 
   PlannerHandler* const handler_;
   const PlannerServiceConfig config_;
