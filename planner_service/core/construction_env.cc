@@ -461,6 +461,13 @@ int ConstructionEnv::FeasibleDepth(int k) const {
   LOG(FATAL) << "FeasibleDepth: index past FeasibleDepthCount()";
 }
 
+int ConstructionEnv::UniformFeasibleDepth(absl::BitGenRef rng) const {
+  CHECK(head_ == EnvHead::kDepth) << "UniformFeasibleDepth off the depth head";
+  const int count = FeasibleDepthCount();
+  CHECK_GT(count, 0) << "the depth head acts with no legal depth";
+  return FeasibleDepth(absl::Uniform<int>(rng, 0, count));
+}
+
 int ConstructionEnv::UniformLegalAction(absl::BitGenRef rng) const {
   const absl::Span<const uint8_t> mask = LegalMask();
   CHECK(!mask.empty()) << "UniformLegalAction on a finished episode";

@@ -231,9 +231,13 @@ class ConstructionEnv {
   // FeasibleDepth(k) for k in [0, FeasibleDepthCount()) in increasing order.
   int FeasibleDepthCount() const;
   int FeasibleDepth(int k) const;
+  // A legal depth (never STOP) drawn uniformly with `rng`: the forced depth
+  // of §5.5. CHECK-fails unless the depth head acts.
+  int UniformFeasibleDepth(absl::BitGenRef rng) const;
 
-  // A legal action of the acting head drawn uniformly with `rng` (for the
-  // uniform-type rollout and random policies). CHECK-fails when done.
+  // A legal action of the acting head drawn uniformly with `rng`. The
+  // uniform-type rollout of §5.5 takes it at the device head; a random
+  // policy takes it at every head. CHECK-fails when done.
   int UniformLegalAction(absl::BitGenRef rng) const;
   // Plays the episode to its end with uniform legal actions of every head
   // (the random policy); returns the sum of the rewards from now on.

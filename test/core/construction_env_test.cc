@@ -216,6 +216,16 @@ TEST_F(ConstructionEnvTest, DepthMaskFollowsTheFreeGpus) {
   EXPECT_EQ(env.FeasibleDepthCount(), 3);
   EXPECT_EQ(env.FeasibleDepth(0), 1);
   EXPECT_EQ(env.FeasibleDepth(2), 3);
+  // Forced depths are drawn among the legal ones, never STOP.
+  std::seed_seq seq{5};
+  absl::BitGen rng(seq);
+  std::vector<int> seen(kEnvDepthActions, 0);
+  for (int i = 0; i < 300; ++i) ++seen[env.UniformFeasibleDepth(rng)];
+  EXPECT_EQ(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[2], 0);
+  EXPECT_GT(seen[3], 0);
+  EXPECT_EQ(seen[1] + seen[2] + seen[3], 300);
   // Dmax in the config caps it too.
   ConstructionEnv shallow = Env(cm, {.max_depth = 2});
   EXPECT_EQ(shallow.FeasibleDepthCount(), 2);
@@ -286,6 +296,50 @@ TEST_F(ConstructionEnvTest, MasksFollowThePlacementAutoFillMakes) {
   EXPECT_EQ(placement[0].node, 0);
   EXPECT_EQ(placement[1].node, 0);
   EXPECT_EQ(pool.LargestFreeOfType(kFast), 1);
+}
+
+// The masks are exact: a structure is admitted by the depth, device and TP
+// masks if and only if NodePool places a replica of it (what auto-fill needs
+// first), over every structure of depth <= 4 on a cluster with uneven nodes.
+TEST_F(ConstructionEnvTest, MasksAdmitExactlyThePlaceableStructures) {
+  const CostModel& cm = Build(MakeCluster(
+      catalog_, {{kFast, 4}, {kFast, 1}, {kSlow, 2}, {kSlow, 1}, {kSlow, 1}}));
+  const ConstructionEnv fresh = Env(cm);
+  const std::vector<StageChoice> choices = {
+      {kFast, 1}, {kFast, 2}, {kSlow, 1}, {kSlow, 2}};
+  int admitted = 0, rejected = 0;
+  for (int depth = 1; depth <= 4; ++depth) {
+    int total = 1;
+    for (int i = 0; i < depth; ++i) total *= 4;
+    for (int code = 0; code < total; ++code) {
+      std::vector<Stage> stages(depth);
+      int x = code;
+      for (int i = 0; i < depth; ++i, x /= 4) {
+        stages[i].gpu_type = choices[x % 4].gpu_type;
+        stages[i].tp = choices[x % 4].tp;
+      }
+      NodePool pool(cm.cluster());
+      std::vector<StagePlacement> placement;
+      const bool placeable = pool.PlaceReplica(stages, &placement);
+      ConstructionEnv env = fresh;
+      bool legal = env.DepthMask()[depth] == 1;
+      if (legal) env.Step(depth);
+      for (int i = 0; i < depth && legal; ++i) {
+        const int slot = env.SlotOfType(stages[i].gpu_type);
+        legal = env.DeviceMask()[slot] == 1;
+        if (!legal) break;
+        env.Step(slot);
+        const int k = Log2Exact(stages[i].tp);
+        legal = env.TpMask()[k] == 1;
+        if (legal) env.Step(k);
+      }
+      EXPECT_EQ(legal, placeable) << "depth " << depth << " code " << code;
+      admitted += legal;
+      rejected += !legal;
+    }
+  }
+  EXPECT_GT(admitted, 0);
+  EXPECT_GT(rejected, 0);
 }
 
 TEST_F(ConstructionEnvTest, EpisodeMatchesAutoFillDirectly) {
@@ -472,19 +526,36 @@ TEST(ConstructionEnvProperty, RandomLegalRolloutsEndInValidPlans) {
     ASSERT_TRUE(t.ok()) << t.status();
     types.push_back(*t);
   }
-  auto gen = CompositionGenerator::Create(
-      *catalog, {.gpu_types = types, .max_gpus = 256}, {});
+  auto gen = CompositionGenerator::Create(*catalog, {.gpu_types = types}, {});
   ASSERT_TRUE(gen.ok()) << gen.status();
-  auto clusters = gen->Generate(12, /*seed=*/3);
+  auto clusters = gen->Generate(32, /*seed=*/3);
   ASSERT_TRUE(clusters.ok()) << clusters.status();
   int plans = 0, penalties = 0, later_infeasible = 0;
-  for (const char* name : {"llama3-8b", "qwen3-32b", "mixtral-8x7b"}) {
+  // Dense and MoE models; Qwen3-32B with full recomputation and the
+  // distributed optimizer (other memory formulas), GPT-Neo with a small
+  // batch (batch splits that fail).
+  struct Case {
+    const char* model;
+    TrainingConfig training;
+  };
+  const std::vector<Case> cases = {
+      {"llama3-8b", {}},
+      {"qwen3-32b", {}},
+      {"qwen3-32b",
+       {.recompute = Recompute::kFull, .distributed_optimizer = true}},
+      {"mixtral-8x7b", {}},
+      {"qwen3-30b-a3b", {}},
+      {"gpt-neo-2.7b", {.global_batch = 128}},
+      {"deepseek-v3", {.recompute = Recompute::kFull}},
+  };
+  for (const Case& k : cases) {
+    const char* name = k.model;
     const ModelSpec* model = nullptr;
     for (const ModelSpec& m : *models)
       if (m.name == name) model = &m;
     ASSERT_NE(model, nullptr) << name;
     for (size_t c = 0; c < clusters->size(); ++c) {
-      auto ctx = PlanningContext::Create(*catalog, *model, TrainingConfig{},
+      auto ctx = PlanningContext::Create(*catalog, *model, k.training,
                                          (*clusters)[c], "");
       ASSERT_TRUE(ctx.ok()) << ctx.status();
       const CostModel& cm = (*ctx)->cost_model();
@@ -519,8 +590,8 @@ TEST(ConstructionEnvProperty, RandomLegalRolloutsEndInValidPlans) {
         ASSERT_TRUE(valid.ok())
             << name << " composition " << c << ": " << valid;
         EXPECT_NEAR(total, env->normalized_throughput(), 1e-9);
-        // Dense models: the reference is an upper bound.
-        if (!model->is_moe()) {
+        // One block kind (no dense-first layers): the reference bounds it.
+        if (model->moe.dense_first_layers == 0) {
           EXPECT_LE(env->normalized_throughput(), 1.0) << name << " " << c;
         }
       }
