@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/cli/bench_runner.h"
+#include "planner_service/client/planner_client.h"
 #include "planner_service/cli/plan_svg.h"
 #include "planner_service/cli/plan_table.h"
 #include "planner_service/core/planners.h"
@@ -62,6 +64,26 @@ void AddInputFlags(CLI::App* cmd, InputFlags* f) {
   cmd->add_option("--svg", f->svg, "also write an SVG diagram of the plan");
 }
 
+// --server and its credentials, for plan and evaluate.
+struct RemoteFlags {
+  std::string server;  // HOST:PORT of arachne-planner; "" = in process
+  std::string token;
+  std::string tls_ca;
+};
+
+void AddRemoteFlags(CLI::App* cmd, RemoteFlags* f) {
+  cmd->add_option("--server", f->server,
+                  "HOST:PORT of a running arachne-planner: send the request "
+                  "there instead of planning in process (the cluster and "
+                  "model files are read here)");
+  cmd->add_option("--token", f->token,
+                  "bearer token for --server (sent as 'authorization: Bearer "
+                  "<token>')");
+  cmd->add_option("--tls-ca", f->tls_ca,
+                  "CA certificate (PEM) to verify --server's TLS certificate; "
+                  "without it the connection is plaintext");
+}
+
 int Fail(std::ostream& err, const absl::Status& s) {
   err << "error: " << s.message() << "\n";
   switch (s.code()) {
@@ -102,6 +124,53 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> LoadContext(
   return PlanningContext::Create(req);
 }
 
+absl::StatusOr<std::unique_ptr<PlannerClient>> ConnectRemote(
+    const RemoteFlags& remote) {
+  PlannerClientConfig config;
+  config.address = remote.server;
+  config.token = remote.token;
+  config.tls_ca_file = remote.tls_ca;
+  absl::StatusOr<std::unique_ptr<PlannerClient>> client =
+      MakeGrpcPlannerClient(config);
+  if (!client.ok()) {
+    return absl::Status(client.status().code(),
+                        absl::StrCat("--server: ", client.status().message()));
+  }
+  return client;
+}
+
+// The request fields as the service takes them, from what was loaded here:
+// the cluster as resolved from --cluster, the model by catalog name or as
+// the text of the --model config.json.
+absl::Status FillRemoteInputs(const InputFlags& f, const PlanningContext& ctx,
+                              ModelRef* model, TrainingSpec* training,
+                              ClusterSpec* cluster) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(f.model, ec)) {
+    std::ifstream in(f.model);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) {
+      return absl::NotFoundError(
+          absl::StrCat("--model: cannot read \"", f.model, "\""));
+    }
+    model->name = ctx.model().name;
+    model->hf_config_json = text.str();
+  } else {
+    model->name = f.model;
+  }
+  training->seq_len = ctx.training().seq_len;
+  training->global_batch = ctx.training().global_batch;
+  training->precision = std::string(PrecisionName(ctx.training().precision));
+  training->recompute = std::string(RecomputeName(ctx.training().recompute));
+  training->distributed_optimizer = ctx.training().distributed_optimizer;
+  for (const Node& n : ctx.cluster().nodes()) {
+    cluster->nodes.push_back(
+        {n.name, ctx.catalog().type(n.gpu_type).id, n.num_gpus, n.nic_gbps});
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PrintPlan(std::ostream& out, const InputFlags& f,
                        const PlanningContext& ctx, const Plan& plan,
                        const Prediction& prediction, const std::string& planner,
@@ -136,9 +205,63 @@ absl::Status PrintPlan(std::ostream& out, const InputFlags& f,
   return absl::OkStatus();
 }
 
-int RunPlan(const InputFlags& f, const std::string& planner_name,
-            double budget_s, int max_depth, int max_templates,
-            int64_t max_evaluations, std::ostream& out, std::ostream& err) {
+// A plan JSON answered by the service, printed as the in-process path
+// prints its own: the plan is read back against the local cluster and its
+// prediction is the server's.
+absl::Status PrintRemotePlan(std::ostream& out, const InputFlags& f,
+                             const PlanningContext& ctx,
+                             const nlohmann::json& answer,
+                             const std::string& planner,
+                             double planning_time_s,
+                             const PlannerStats* stats) {
+  absl::StatusOr<Plan> plan =
+      PlanFromJson(answer, ctx.cluster(), ctx.catalog(), "server answer");
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<Prediction> prediction = PredictionFromPlanJson(answer);
+  if (!prediction.ok()) return prediction.status();
+  return PrintPlan(out, f, ctx, *plan, *prediction, planner, planning_time_s,
+                   stats);
+}
+
+int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
+                  const PlanningContext& ctx, const std::string& planner_name,
+                  double budget_s, int max_depth, int max_templates,
+                  int64_t max_evaluations, std::ostream& out,
+                  std::ostream& err) {
+  absl::StatusOr<std::unique_ptr<PlannerClient>> client =
+      ConnectRemote(remote);
+  if (!client.ok()) return Fail(err, client.status());
+  PlanQuery q;
+  if (absl::Status s =
+          FillRemoteInputs(f, ctx, &q.model, &q.training, &q.cluster);
+      !s.ok()) {
+    return Fail(err, s);
+  }
+  q.planner = planner_name;
+  q.budget_s = budget_s;
+  q.max_depth = max_depth;
+  q.max_templates = max_templates;
+  q.max_evaluations = max_evaluations;
+  // The search gets its budget; the margin covers queueing and transfer.
+  q.deadline = absl::Now() + absl::Seconds(budget_s) + absl::Seconds(30);
+  absl::StatusOr<PlanAnswer> answer = (*client)->Plan(q);
+  if (!answer.ok()) return Fail(err, answer.status());
+  PlannerStats stats;
+  stats.evaluations = answer->evaluations;
+  stats.exhaustive = answer->exhaustive;
+  if (absl::Status s =
+          PrintRemotePlan(out, f, ctx, answer->plan, answer->planner,
+                          answer->planning_time_s, &stats);
+      !s.ok()) {
+    return Fail(err, s);
+  }
+  return kExitOk;
+}
+
+int RunPlan(const InputFlags& f, const RemoteFlags& remote,
+            const std::string& planner_name, double budget_s, int max_depth,
+            int max_templates, int64_t max_evaluations, std::ostream& out,
+            std::ostream& err) {
   if (!(budget_s > 0)) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
                          "--budget: must be > 0 seconds, got ", budget_s)));
@@ -156,6 +279,10 @@ int RunPlan(const InputFlags& f, const std::string& planner_name,
   const absl::Time start = absl::Now();
   auto ctx = LoadContext(f);
   if (!ctx.ok()) return Fail(err, ctx.status());
+  if (!remote.server.empty()) {
+    return RunPlanRemote(f, remote, **ctx, planner_name, budget_s, max_depth,
+                         max_templates, max_evaluations, out, err);
+  }
   PlannerOptions options;
   options.budget = absl::Seconds(budget_s);
   options.max_depth = max_depth;
@@ -173,14 +300,38 @@ int RunPlan(const InputFlags& f, const std::string& planner_name,
   return kExitOk;
 }
 
-int RunEvaluate(const InputFlags& f, const std::string& plan_file,
-                std::ostream& out, std::ostream& err) {
+int RunEvaluate(const InputFlags& f, const RemoteFlags& remote,
+                const std::string& plan_file, std::ostream& out,
+                std::ostream& err) {
   const absl::Time start = absl::Now();
   auto ctx = LoadContext(f);
   if (!ctx.ok()) return Fail(err, ctx.status());
   absl::StatusOr<Plan> plan =
       LoadPlanFile(plan_file, (*ctx)->cluster(), (*ctx)->catalog());
   if (!plan.ok()) return Fail(err, plan.status());
+  if (!remote.server.empty()) {
+    absl::StatusOr<std::unique_ptr<PlannerClient>> client =
+        ConnectRemote(remote);
+    if (!client.ok()) return Fail(err, client.status());
+    EvaluateQuery q;
+    if (absl::Status s =
+            FillRemoteInputs(f, **ctx, &q.model, &q.training, &q.cluster);
+        !s.ok()) {
+      return Fail(err, s);
+    }
+    // The plan as read here, in the plan JSON the service reads.
+    q.plan = PlanToJson(*plan, Prediction{}, (*ctx)->cluster(),
+                        (*ctx)->catalog(), (*ctx)->model(), (*ctx)->training());
+    absl::StatusOr<EvaluateAnswer> answer = (*client)->Evaluate(q);
+    if (!answer.ok()) return Fail(err, answer.status());
+    if (absl::Status s = PrintRemotePlan(
+            out, f, **ctx, answer->plan, "evaluate",
+            absl::ToDoubleSeconds(absl::Now() - start), nullptr);
+        !s.ok()) {
+      return Fail(err, s);
+    }
+    return kExitOk;
+  }
   if (absl::Status s = ValidatePlan(*plan, (*ctx)->cost_model()); !s.ok()) {
     return Fail(err, absl::Status(s.code(), absl::StrCat(plan_file, ": plan rejected: ",
                                                           s.message())));
@@ -385,6 +536,8 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   int64_t max_evaluations = 0;
   CLI::App* plan = app.add_subcommand("plan", "plan a model on a cluster");
   AddInputFlags(plan, &plan_flags);
+  RemoteFlags plan_remote;
+  AddRemoteFlags(plan, &plan_remote);
   plan->add_option("--planner", planner,
                    "exact, amp, espresso, hexiscale, metis, sailor or random "
                    "(docs/planners.md)");
@@ -399,6 +552,8 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   CLI::App* evaluate =
       app.add_subcommand("evaluate", "price a plan file, or say why it is invalid");
   AddInputFlags(evaluate, &eval_flags);
+  RemoteFlags eval_remote;
+  AddRemoteFlags(evaluate, &eval_remote);
   evaluate->add_option("--plan", plan_file, "plan JSON (as plan --format json)")
       ->required();
 
@@ -490,10 +645,12 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
     return kExitBadInput;
   }
   if (*plan) {
-    return RunPlan(plan_flags, planner, budget_s, max_depth, max_templates,
-                   max_evaluations, out, err);
+    return RunPlan(plan_flags, plan_remote, planner, budget_s, max_depth,
+                   max_templates, max_evaluations, out, err);
   }
-  if (*evaluate) return RunEvaluate(eval_flags, plan_file, out, err);
+  if (*evaluate) {
+    return RunEvaluate(eval_flags, eval_remote, plan_file, out, err);
+  }
   if (*show) {
     return RunProfileShow(p_model, p_gpu, p_tp, p_mbs, p_seq, p_kind,
                           profiles_dir, p_format, out, err);

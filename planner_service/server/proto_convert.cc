@@ -120,6 +120,69 @@ nlohmann::json PlanProtoToJson(const v1::Plan& plan) {
   return j;
 }
 
+v1::Cluster ClusterToProto(const ClusterSpec& spec) {
+  v1::Cluster out;
+  out.set_inter_node_gbps(spec.inter_node_gbps);
+  for (const NodeSpec& n : spec.nodes) {
+    v1::Node* node = out.add_nodes();
+    node->set_name(n.name);
+    node->set_gpu(n.gpu);
+    node->set_gpus(n.gpus);
+    node->set_nic_gbps(n.nic_gbps);
+  }
+  return out;
+}
+
+v1::ModelRef ModelRefToProto(const ModelRef& model) {
+  v1::ModelRef out;
+  out.set_name(model.name);
+  out.set_hf_config_json(model.hf_config_json);
+  return out;
+}
+
+v1::TrainingConfig TrainingToProto(const TrainingSpec& t) {
+  v1::TrainingConfig out;
+  out.set_seq_len(t.seq_len);
+  out.set_global_batch(t.global_batch);
+  out.set_precision(t.precision);
+  out.set_recompute(t.recompute);
+  out.set_distributed_optimizer(t.distributed_optimizer);
+  return out;
+}
+
+nlohmann::json PlanProtoToCliJson(const v1::Plan& plan,
+                                  const v1::Prediction& prediction) {
+  nlohmann::json j = PlanProtoToJson(plan);
+  for (const v1::StageMemory& m : prediction.stage_memory()) {
+    if (m.template_index() < 0 ||
+        m.template_index() >= static_cast<int>(j["templates"].size())) {
+      continue;
+    }
+    nlohmann::json& stages = j["templates"][m.template_index()]["stages"];
+    if (m.stage_index() < 0 ||
+        m.stage_index() >= static_cast<int>(stages.size())) {
+      continue;
+    }
+    stages[m.stage_index()]["memory_gib"] = m.memory_gib();
+  }
+  j["unused_gpus"] = plan.unused_gpus();
+  j["iteration_time_s"] = prediction.iteration_time_s();
+  j["throughput_iters_per_s"] = prediction.throughput_iters_per_s();
+  j["tokens_per_s"] = prediction.tokens_per_s();
+  j["mfu"] = prediction.mfu();
+  j["usd_per_hour"] = prediction.usd_per_hour();
+  j["max_memory_gib"] = prediction.max_memory_gib();
+  const v1::TimeBreakdown& b = prediction.breakdown();
+  j["breakdown"] = {{"compute_s", b.compute_s()},
+                    {"tp_comm_s", b.tp_comm_s()},
+                    {"p2p_s", b.p2p_s()},
+                    {"bubble_s", b.bubble_s()},
+                    {"dp_sync_s", b.dp_sync_s()},
+                    {"all_to_all_s", b.all_to_all_s()},
+                    {"optimizer_s", b.optimizer_s()}};
+  return j;
+}
+
 v1::GpuType GpuTypeToProto(const GpuType& type) {
   v1::GpuType out;
   // Catalog rows and the message share field names; a mismatch would be a

@@ -27,6 +27,19 @@ absl::Status PlanJsonToProto(const nlohmann::json& cli_json, v1::Plan* plan,
 // A Plan message in the CLI plan JSON shape, for PlanFromJson.
 nlohmann::json PlanProtoToJson(const v1::Plan& plan);
 
+// The other direction, for clients (planner_service/client).
+v1::Cluster ClusterToProto(const ClusterSpec& cluster);
+v1::ModelRef ModelRefToProto(const ModelRef& model);
+v1::TrainingConfig TrainingToProto(const TrainingSpec& training);
+
+// A Plan and Prediction message in the CLI plan JSON shape PlanToJson
+// writes (without its `model` and `training`): placement as [[...]],
+// `memory_gib` per stage (from `prediction.stage_memory`), `unused_gpus`,
+// and the prediction's fields at the top level. Doubles pass unchanged, so
+// a client prints what an in-process run prints.
+nlohmann::json PlanProtoToCliJson(const v1::Plan& plan,
+                                  const v1::Prediction& prediction);
+
 v1::GpuType GpuTypeToProto(const GpuType& type);
 v1::Model ModelToProto(const ModelSpec& model);
 

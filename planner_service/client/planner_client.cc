@@ -1,0 +1,226 @@
+#include "planner_service/client/planner_client.h"
+
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "arachne/v1/planner.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "planner_service/server/proto_convert.h"
+
+namespace arachne {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path,
+                                    absl::string_view field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat(field, ": cannot read \"", path, "\""));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
+    const PlannerClientConfig& config) {
+  if ((config.tls_cert_file.empty()) != (config.tls_key_file.empty())) {
+    return absl::InvalidArgumentError(
+        "tls_cert_file, tls_key_file: give both or neither");
+  }
+  if (config.tls_ca_file.empty()) {
+    if (!config.tls_cert_file.empty()) {
+      return absl::InvalidArgumentError(
+          "tls_ca_file: required with a client certificate");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions options;
+  absl::StatusOr<std::string> ca = ReadPem(config.tls_ca_file, "tls_ca_file");
+  if (!ca.ok()) return ca.status();
+  options.pem_root_certs = *std::move(ca);
+  if (!config.tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert =
+        ReadPem(config.tls_cert_file, "tls_cert_file");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key =
+        ReadPem(config.tls_key_file, "tls_key_file");
+    if (!key.ok()) return key.status();
+    options.pem_cert_chain = *std::move(cert);
+    options.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(options);
+}
+
+class GrpcPlannerClient final : public PlannerClient {
+ public:
+  GrpcPlannerClient(PlannerClientConfig config,
+                    std::shared_ptr<grpc::Channel> channel)
+      : config_(std::move(config)),
+        stub_(v1::Planner::NewStub(std::move(channel))) {}
+
+  absl::StatusOr<PlanAnswer> Plan(const PlanQuery& q) override {
+    v1::PlanRequest request;
+    *request.mutable_model() = ModelRefToProto(q.model);
+    *request.mutable_training() = TrainingToProto(q.training);
+    *request.mutable_cluster() = ClusterToProto(q.cluster);
+    v1::PlannerOptions* o = request.mutable_options();
+    o->set_planner(q.planner);
+    o->set_budget_s(q.budget_s);
+    o->set_max_evaluations(q.max_evaluations);
+    o->set_seed(q.seed);
+    o->set_max_depth(q.max_depth);
+    o->set_max_templates(q.max_templates);
+    o->set_objective(q.objective == PlanObjective::kUsdPerToken
+                         ? v1::PlannerOptions::USD_PER_TOKEN
+                         : v1::PlannerOptions::THROUGHPUT);
+    grpc::ClientContext ctx;
+    Prepare(&ctx, q.deadline);
+    v1::PlanResponse response;
+    if (absl::Status s = FromGrpc(stub_->Plan(&ctx, request, &response));
+        !s.ok()) {
+      return s;
+    }
+    PlanAnswer answer;
+    answer.plan = PlanProtoToCliJson(response.plan(), response.prediction());
+    answer.planner = response.planner();
+    answer.planning_time_s = response.planning_time_s();
+    answer.evaluations = response.evaluations();
+    answer.exhaustive = response.exhaustive();
+    answer.stopped_early = response.stopped_early();
+    // As PlannerHandlerImpl adds them, so the JSON reads the same.
+    answer.plan["planner"] = answer.planner;
+    answer.plan["planning_time_s"] = answer.planning_time_s;
+    answer.plan["evaluations"] = answer.evaluations;
+    answer.plan["exhaustive"] = answer.exhaustive;
+    return answer;
+  }
+
+  absl::StatusOr<EvaluateAnswer> Evaluate(const EvaluateQuery& q) override {
+    v1::EvaluateRequest request;
+    *request.mutable_model() = ModelRefToProto(q.model);
+    *request.mutable_training() = TrainingToProto(q.training);
+    *request.mutable_cluster() = ClusterToProto(q.cluster);
+    if (absl::Status s =
+            PlanJsonToProto(q.plan, request.mutable_plan(), nullptr);
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan: not in the plan JSON format: ", s.message()));
+    }
+    grpc::ClientContext ctx;
+    Prepare(&ctx, absl::InfiniteFuture());
+    v1::EvaluateResponse response;
+    if (absl::Status s = FromGrpc(stub_->Evaluate(&ctx, request, &response));
+        !s.ok()) {
+      return s;
+    }
+    EvaluateAnswer answer;
+    answer.plan = PlanProtoToCliJson(response.plan(), response.prediction());
+    return answer;
+  }
+
+ private:
+  void Prepare(grpc::ClientContext* ctx, absl::Time deadline) const {
+    if (deadline == absl::InfiniteFuture()) {
+      deadline = absl::Now() + config_.default_timeout;
+    }
+    ctx->set_deadline(absl::ToChronoTime(deadline));
+    if (!config_.token.empty()) {
+      ctx->AddMetadata("authorization", absl::StrCat("Bearer ", config_.token));
+    }
+  }
+
+  // The canonical codes are the same numbers on both sides.
+  absl::Status FromGrpc(const grpc::Status& s) const {
+    if (s.ok()) return absl::OkStatus();
+    return absl::Status(
+        static_cast<absl::StatusCode>(s.error_code()),
+        absl::StrCat("server ", config_.address, ": ", s.error_message()));
+  }
+
+  const PlannerClientConfig config_;
+  const std::unique_ptr<v1::Planner::Stub> stub_;
+};
+
+absl::StatusOr<double> Number(const nlohmann::json& j, const char* key,
+                              absl::string_view where) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, key, ": missing or not a number"));
+  }
+  return it->get<double>();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PlannerClient>> MakeGrpcPlannerClient(
+    const PlannerClientConfig& config) {
+  if (config.address.empty()) {
+    return absl::InvalidArgumentError("address: empty; expected HOST:PORT");
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeCredentials(config);
+  if (!credentials.ok()) return credentials.status();
+  return std::make_unique<GrpcPlannerClient>(
+      config, grpc::CreateChannel(config.address, *credentials));
+}
+
+absl::StatusOr<Prediction> PredictionFromPlanJson(const nlohmann::json& plan) {
+  if (!plan.is_object()) {
+    return absl::InvalidArgumentError("plan: not a JSON object");
+  }
+  Prediction p;
+  struct Field {
+    const char* key;
+    double* value;
+  };
+  for (const Field& f :
+       {Field{"iteration_time_s", &p.iteration_time_s},
+        Field{"throughput_iters_per_s", &p.throughput_iters_per_s},
+        Field{"tokens_per_s", &p.tokens_per_s}, Field{"mfu", &p.mfu},
+        Field{"usd_per_hour", &p.usd_per_hour},
+        Field{"max_memory_gib", &p.max_memory_gib}}) {
+    absl::StatusOr<double> v = Number(plan, f.key, "plan.");
+    if (!v.ok()) return v.status();
+    *f.value = *v;
+  }
+  auto breakdown = plan.find("breakdown");
+  if (breakdown == plan.end() || !breakdown->is_object()) {
+    return absl::InvalidArgumentError("plan.breakdown: missing");
+  }
+  TimeBreakdown& b = p.breakdown;
+  for (const Field& f :
+       {Field{"compute_s", &b.compute_s}, Field{"tp_comm_s", &b.tp_comm_s},
+        Field{"p2p_s", &b.p2p_s}, Field{"bubble_s", &b.bubble_s},
+        Field{"dp_sync_s", &b.dp_sync_s},
+        Field{"all_to_all_s", &b.all_to_all_s},
+        Field{"optimizer_s", &b.optimizer_s}}) {
+    absl::StatusOr<double> v = Number(*breakdown, f.key, "plan.breakdown.");
+    if (!v.ok()) return v.status();
+    *f.value = *v;
+  }
+  auto templates = plan.find("templates");
+  if (templates == plan.end() || !templates->is_array()) {
+    return absl::InvalidArgumentError("plan.templates: missing");
+  }
+  for (size_t t = 0; t < templates->size(); ++t) {
+    std::vector<StageMemory>& stages = p.stage_memory.emplace_back();
+    const nlohmann::json& tj = (*templates)[t];
+    if (!tj.contains("stages") || !tj["stages"].is_array()) continue;
+    for (size_t s = 0; s < tj["stages"].size(); ++s) {
+      StageMemory m;
+      absl::StatusOr<double> v =
+          Number(tj["stages"][s], "memory_gib",
+                 absl::StrCat("plan.templates[", t, "].stages[", s, "]."));
+      if (!v.ok()) return v.status();
+      m.weights_gib = *v;
+      stages.push_back(m);
+    }
+  }
+  return p;
+}
+
+}  // namespace arachne
