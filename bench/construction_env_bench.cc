@@ -78,6 +78,40 @@ BENCHMARK_CAPTURE(BM_RandomEpisodes, qwen3_32b_512gpu, "qwen3-32b",
 BENCHMARK_CAPTURE(BM_RandomEpisodes, mixtral_8x7b_512gpu, "mixtral-8x7b",
                   "paper-512.yaml", false);
 
+// A converged-policy workload: the same 8 action sequences over and over
+// (the rollouts of a group on one composition repeat their templates), with
+// and without the fill cache.
+void BM_RepeatedEpisodes(benchmark::State& state, const char* model,
+                         const char* cluster, int cache_entries) {
+  auto ctx = Context(model, cluster);
+  auto env = ConstructionEnv::Create(ctx->cost_model(),
+                                     {.fill_cache_entries = cache_entries});
+  CHECK(env.ok()) << env.status();
+  int64_t episodes = 0;
+  for (auto _ : state) {
+    std::seed_seq seq{static_cast<int>(episodes % 8)};
+    absl::BitGen rng(seq);
+    env->Reset();
+    env->RunUniformEpisode(rng);
+    ++episodes;
+  }
+  state.SetItemsProcessed(episodes);
+  state.counters["episodes_per_s"] =
+      benchmark::Counter(episodes, benchmark::Counter::kIsRate);
+  state.counters["cache_hit_share"] =
+      env->fills() > 0
+          ? static_cast<double>(env->fill_cache_hits()) / env->fills()
+          : 0;
+}
+BENCHMARK_CAPTURE(BM_RepeatedEpisodes, llama3_8b_512gpu_cache, "llama3-8b",
+                  "paper-512.yaml", 256);
+BENCHMARK_CAPTURE(BM_RepeatedEpisodes, llama3_8b_512gpu_no_cache, "llama3-8b",
+                  "paper-512.yaml", 0);
+BENCHMARK_CAPTURE(BM_RepeatedEpisodes, mixtral_8x7b_512gpu_cache,
+                  "mixtral-8x7b", "paper-512.yaml", 256);
+BENCHMARK_CAPTURE(BM_RepeatedEpisodes, mixtral_8x7b_512gpu_no_cache,
+                  "mixtral-8x7b", "paper-512.yaml", 0);
+
 // The state alone (no auto-fill): what one decision costs the environment.
 void BM_StateVector(benchmark::State& state, const char* cluster) {
   auto ctx = Context("llama3-8b", cluster);

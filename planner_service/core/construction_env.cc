@@ -55,6 +55,11 @@ absl::StatusOr<ConstructionEnv> ConstructionEnv::Create(
         absl::StrCat("construction env: max_depth must be in [1, ",
                      kEnvMaxDepth, "], got ", config.max_depth));
   }
+  if (config.fill_cache_entries < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("construction env: fill_cache_entries must be >= 0, got ",
+                     config.fill_cache_entries));
+  }
   if (config.max_templates < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("construction env: max_templates must be >= 1, got ",
@@ -267,6 +272,7 @@ void ConstructionEnv::Reset() {
   iteration_time_s_ = kInfeasible;
   end_ = EpisodeEnd::kRunning;
   episode_return_ = 0;
+  history_.clear();
   StartTemplate();
 }
 
@@ -413,12 +419,54 @@ StepOutcome ConstructionEnv::CompleteTemplate() {
   StepOutcome out;
   out.template_completed = true;
   const double before = throughput_iters_per_s();
-  absl::StatusOr<FillResult> r =
-      fill_.Extend(plan_, pool_, structure_, &evaluations_);
-  if (!r.ok()) {
+  ++fills_;
+  key_scratch_ = history_;
+  for (size_t i = 0; i < structure_.size(); ++i) {
+    key_scratch_.push_back(static_cast<char>(structure_slots_[i] * kEnvTpSlots +
+                                             Log2Exact(structure_[i].tp) + 1));
+  }
+  key_scratch_.push_back('\0');
+  const CachedFill* fill = nullptr;
+  if (auto it = fill_cache_.find(key_scratch_); it != fill_cache_.end()) {
+    fill = it->second.get();
+    ++fill_cache_hits_;
+  }
+  bool ok;
+  if (fill != nullptr) {
+    ok = fill->ok;
+    if (ok) {
+      plan_ = fill->plan;
+      pool_ = fill->pool;
+      iteration_time_s_ = fill->iteration_time_s;
+    }
+  } else {
+    absl::StatusOr<FillResult> r =
+        fill_.Extend(plan_, pool_, structure_, &evaluations_);
     // The masks rule out every other failure (see DepthMask()).
-    CHECK(r.status().code() == absl::StatusCode::kFailedPrecondition)
+    CHECK(r.ok() || r.status().code() == absl::StatusCode::kFailedPrecondition)
         << r.status();
+    ok = r.ok();
+    const bool remember = config_.fill_cache_entries > 0;
+    if (remember &&
+        static_cast<int>(fill_cache_.size()) >= config_.fill_cache_entries) {
+      fill_cache_.clear();
+    }
+    auto entry = remember ? std::make_shared<CachedFill>(CachedFill{
+                                .ok = ok, .plan = {}, .pool = full_pool_})
+                          : nullptr;
+    if (ok) {
+      if (entry) {
+        entry->plan = r->plan;
+        entry->pool = r->pool;
+        entry->iteration_time_s = r->iteration_time_s;
+      }
+      plan_ = std::move(r->plan);
+      pool_ = std::move(r->pool);
+      iteration_time_s_ = r->iteration_time_s;
+    }
+    if (entry) fill_cache_.emplace(key_scratch_, std::move(entry));
+  }
+  if (!ok) {
     if (templates_placed() == 0) {
       out.reward = -config_.infeasible_penalty;
       EndEpisode(EpisodeEnd::kInfeasibleFirstTemplate);
@@ -429,9 +477,7 @@ StepOutcome ConstructionEnv::CompleteTemplate() {
     out.done = true;
     return out;
   }
-  plan_ = std::move(r->plan);
-  pool_ = std::move(r->pool);
-  iteration_time_s_ = r->iteration_time_s;
+  history_ = key_scratch_;
   out.reward = (throughput_iters_per_s() - before) / reference_throughput_;
   episode_return_ += out.reward;
   StartTemplate();

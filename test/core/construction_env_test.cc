@@ -511,6 +511,50 @@ TEST_F(ConstructionEnvTest, UniformRolloutsAreDeterministicForASeed) {
   EXPECT_EQ(first, second);
 }
 
+// The fill cache answers exactly what auto-fill would: the same rewards and
+// plans with and without it, over random episodes (small capacity, so it is
+// also emptied and refilled on the way).
+TEST_F(ConstructionEnvTest, FillCacheChangesNothingButTheWork) {
+  const CostModel& cm = Build(
+      MakeCluster(catalog_, {{kFast, 4}, {kFast, 2}, {kSlow, 4}, {kSlow, 1}}));
+  // Depth <= 2: few enough structures that templates repeat.
+  ConstructionEnv cached = Env(cm, {.max_depth = 2, .fill_cache_entries = 64});
+  ConstructionEnv plain = Env(cm, {.max_depth = 2, .fill_cache_entries = 0});
+  std::seed_seq seq_a{3}, seq_b{3};
+  absl::BitGen rng_a(seq_a), rng_b(seq_b);
+  for (int episode = 0; episode < 300; ++episode) {
+    cached.Reset();
+    plain.Reset();
+    while (!plain.done()) {
+      ASSERT_FALSE(cached.done());
+      const StepOutcome a = cached.Step(cached.UniformLegalAction(rng_a));
+      const StepOutcome b = plain.Step(plain.UniformLegalAction(rng_b));
+      ASSERT_EQ(a.reward, b.reward);
+      ASSERT_EQ(a.done, b.done);
+    }
+    ASSERT_TRUE(cached.done());
+    ASSERT_EQ(cached.iteration_time_s(), plain.iteration_time_s());
+    ASSERT_EQ(cached.plan().templates.size(), plain.plan().templates.size());
+    for (size_t t = 0; t < plain.plan().templates.size(); ++t) {
+      const Template& x = cached.plan().templates[t];
+      const Template& y = plain.plan().templates[t];
+      ASSERT_EQ(x.replicas, y.replicas);
+      ASSERT_EQ(x.total_micro_batches, y.total_micro_batches);
+      ASSERT_EQ(x.placement.size(), y.placement.size());
+      for (size_t p = 0; p < x.placement.size(); ++p)
+        ASSERT_EQ(x.placement[p].gpus, y.placement[p].gpus);
+    }
+  }
+  EXPECT_EQ(cached.fills(), plain.fills());
+  EXPECT_GT(cached.fill_cache_hits(), cached.fills() / 4);
+  EXPECT_LT(cached.fill_cache_hits(), cached.fills());  // emptied on the way
+  EXPECT_EQ(plain.fill_cache_hits(), 0);
+  EXPECT_LT(cached.evaluations(), plain.evaluations());
+  auto bad = ConstructionEnv::Create(cm, {.fill_cache_entries = -1});
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("fill_cache_entries must be >= 0, got -1"));
+}
+
 // Random legal rollouts on generated compositions with the shipped catalog,
 // models and synthesized profiles: no crash, every acting head has a legal
 // action, the state stays finite, and every episode ends with a plan that
