@@ -18,6 +18,7 @@
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/planning_context.h"
+#include "planner_service/io/scenario_io.h"
 #include "test/core/toy_fixture.h"
 
 namespace arachne {
@@ -647,6 +648,45 @@ TEST(ConstructionEnvProperty, RandomLegalRolloutsEndInValidPlans) {
   RecordProperty("plans", plans);
   RecordProperty("penalties", penalties);
   RecordProperty("later_infeasible", later_infeasible);
+}
+
+// Every composition of the evaluation suite (1-, 3- and 4-GPU nodes, up to
+// four types, dense and MoE models) builds an environment and random
+// rollouts on it end in valid plans: the suite the policy will be judged on
+// fits the state and the masks.
+TEST(ConstructionEnvProperty, EveryBenchCompositionRuns) {
+  auto catalog = LoadGpuCatalog();
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  auto suite = LoadScenarioSuite(
+      std::string(ARACHNE_SOURCE_DIR) + "/bench/scenarios", {}, *catalog);
+  ASSERT_TRUE(suite.ok()) << suite.status();
+  int compositions = 0, plans = 0;
+  for (const Scenario& scenario : *suite) {
+    for (const Composition& composition : scenario.compositions) {
+      auto ctx =
+          PlanningContext::Create(*catalog, scenario.model_spec,
+                                  scenario.training, composition.cluster, "");
+      ASSERT_TRUE(ctx.ok()) << ctx.status();
+      const CostModel& cm = (*ctx)->cost_model();
+      auto env = ConstructionEnv::Create(cm);
+      ASSERT_TRUE(env.ok())
+          << scenario.name << " " << composition.label << ": " << env.status();
+      ++compositions;
+      std::seed_seq seq{compositions};
+      absl::BitGen rng(seq);
+      for (int episode = 0; episode < 5; ++episode) {
+        env->Reset();
+        env->RunUniformEpisode(rng);
+        if (env->plan().templates.empty()) continue;
+        ++plans;
+        absl::Status valid = ValidatePlan(env->plan(), cm);
+        ASSERT_TRUE(valid.ok())
+            << scenario.name << " " << composition.label << ": " << valid;
+      }
+    }
+  }
+  EXPECT_GT(compositions, 40);
+  EXPECT_GT(plans, 0);
 }
 
 }  // namespace
