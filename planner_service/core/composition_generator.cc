@@ -17,7 +17,7 @@ namespace {
 
 // Bounded draws written out here rather than std::uniform_*_distribution,
 // whose algorithms the standard leaves to the library: with these, a seed
-// gives the same compositions with any compiler and standard library.
+// gives the same compositions with any standard library.
 class Draws {
  public:
   explicit Draws(uint64_t seed) : engine_(seed) {}

@@ -63,8 +63,11 @@ class CompositionGenerator {
   // excluded one, each valid under Cluster::Create, with min_types to
   // max_types types of config.gpu_types, min_gpus to max_gpus GPUs and node
   // sizes from config.node_sizes. The same (config, excluded, seed, count)
-  // gives the same clusters on every platform (std::mt19937_64 with this
-  // file's own bounded draws). Nodes are named "<lower-case type id>-<i>".
+  // gives the same clusters with any compiler and standard library
+  // (std::mt19937_64, whose output the standard fixes, and this file's own
+  // bounded draws; the size's log-uniform draw also needs exp2/log2, which
+  // common libms round alike). A batch is a prefix of a longer batch of the
+  // same seed. Nodes are named "<lower-case type id>-<i>".
   // ResourceExhausted when max_attempts draws in a row find no new
   // admissible composition (the space is too small for `count`).
   absl::StatusOr<std::vector<Cluster>> Generate(int count, uint64_t seed) const;
