@@ -54,6 +54,36 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
   return grpc::SslCredentials(options);
 }
 
+v1::PlannerOptions OptionsToProto(const PlanQuery& q) {
+  v1::PlannerOptions o;
+  o.set_planner(q.planner);
+  o.set_budget_s(q.budget_s);
+  o.set_max_evaluations(q.max_evaluations);
+  o.set_seed(q.seed);
+  o.set_max_depth(q.max_depth);
+  o.set_max_templates(q.max_templates);
+  o.set_objective(q.objective == PlanObjective::kUsdPerToken
+                      ? v1::PlannerOptions::USD_PER_TOKEN
+                      : v1::PlannerOptions::THROUGHPUT);
+  return o;
+}
+
+PlanAnswer PlanAnswerFromProto(const v1::PlanResponse& response) {
+  PlanAnswer answer;
+  answer.plan = PlanProtoToCliJson(response.plan(), response.prediction());
+  answer.planner = response.planner();
+  answer.planning_time_s = response.planning_time_s();
+  answer.evaluations = response.evaluations();
+  answer.exhaustive = response.exhaustive();
+  answer.stopped_early = response.stopped_early();
+  // As PlannerHandlerImpl adds them, so the JSON reads the same.
+  answer.plan["planner"] = answer.planner;
+  answer.plan["planning_time_s"] = answer.planning_time_s;
+  answer.plan["evaluations"] = answer.evaluations;
+  answer.plan["exhaustive"] = answer.exhaustive;
+  return answer;
+}
+
 class GrpcPlannerClient final : public PlannerClient {
  public:
   GrpcPlannerClient(PlannerClientConfig config,
@@ -66,16 +96,7 @@ class GrpcPlannerClient final : public PlannerClient {
     *request.mutable_model() = ModelRefToProto(q.model);
     *request.mutable_training() = TrainingToProto(q.training);
     *request.mutable_cluster() = ClusterToProto(q.cluster);
-    v1::PlannerOptions* o = request.mutable_options();
-    o->set_planner(q.planner);
-    o->set_budget_s(q.budget_s);
-    o->set_max_evaluations(q.max_evaluations);
-    o->set_seed(q.seed);
-    o->set_max_depth(q.max_depth);
-    o->set_max_templates(q.max_templates);
-    o->set_objective(q.objective == PlanObjective::kUsdPerToken
-                         ? v1::PlannerOptions::USD_PER_TOKEN
-                         : v1::PlannerOptions::THROUGHPUT);
+    *request.mutable_options() = OptionsToProto(q);
     grpc::ClientContext ctx;
     Prepare(&ctx, q.deadline);
     v1::PlanResponse response;
@@ -83,18 +104,47 @@ class GrpcPlannerClient final : public PlannerClient {
         !s.ok()) {
       return s;
     }
-    PlanAnswer answer;
-    answer.plan = PlanProtoToCliJson(response.plan(), response.prediction());
-    answer.planner = response.planner();
-    answer.planning_time_s = response.planning_time_s();
-    answer.evaluations = response.evaluations();
-    answer.exhaustive = response.exhaustive();
-    answer.stopped_early = response.stopped_early();
-    // As PlannerHandlerImpl adds them, so the JSON reads the same.
-    answer.plan["planner"] = answer.planner;
-    answer.plan["planning_time_s"] = answer.planning_time_s;
-    answer.plan["evaluations"] = answer.evaluations;
-    answer.plan["exhaustive"] = answer.exhaustive;
+    return PlanAnswerFromProto(response);
+  }
+
+  absl::StatusOr<ReplanAnswer> Replan(const ReplanQuery& q) override {
+    v1::ReplanRequest request;
+    *request.mutable_model() = ModelRefToProto(q.plan.model);
+    *request.mutable_training() = TrainingToProto(q.plan.training);
+    *request.mutable_current_cluster() = ClusterToProto(q.current_cluster);
+    *request.mutable_new_cluster() = ClusterToProto(q.plan.cluster);
+    *request.mutable_options() = OptionsToProto(q.plan);
+    if (absl::Status s = PlanJsonToProto(
+            q.current_plan, request.mutable_current_plan(), nullptr);
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "current_plan: not in the plan JSON format: ", s.message()));
+    }
+    grpc::ClientContext ctx;
+    Prepare(&ctx, q.plan.deadline);
+    v1::ReplanResponse response;
+    if (absl::Status s = FromGrpc(stub_->Replan(&ctx, request, &response));
+        !s.ok()) {
+      return s;
+    }
+    ReplanAnswer answer;
+    answer.new_plan = PlanAnswerFromProto(response.new_plan());
+    const v1::CurrentPlanOnNewCluster& current = response.current();
+    answer.current.feasible = current.feasible();
+    answer.current.reason = current.reason();
+    if (current.feasible()) {
+      answer.current.plan =
+          PlanProtoToCliJson(current.plan(), current.prediction());
+    }
+    const v1::MigrationEstimate& m = response.migration();
+    answer.migration.available = m.available();
+    answer.migration.reason = m.reason();
+    answer.migration.bytes_moved = m.bytes_moved();
+    answer.migration.bytes_kept = m.bytes_kept();
+    answer.migration.naive_bytes = m.naive_bytes();
+    answer.migration.makespan_s = m.makespan_s();
+    answer.migration.lower_bound_s = m.lower_bound_s();
+    answer.migration.transfers = m.transfers();
     return answer;
   }
 

@@ -45,6 +45,10 @@ class PlannerClient {
   virtual absl::StatusOr<PlanAnswer> Plan(const PlanQuery& query) = 0;
   virtual absl::StatusOr<EvaluateAnswer> Evaluate(
       const EvaluateQuery& query) = 0;
+  // The new plan, the current plan on the new cluster (its plan JSON only
+  // when feasible) and the migration cost; the deadline is
+  // `query.plan.deadline`.
+  virtual absl::StatusOr<ReplanAnswer> Replan(const ReplanQuery& query) = 0;
 };
 
 // A client over one gRPC channel to `config.address`. InvalidArgument for
