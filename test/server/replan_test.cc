@@ -283,6 +283,48 @@ TEST_F(ReplanTest, CurrentPlanOutOfMemoryIsNotFeasible) {
   EXPECT_THAT(response.current().reason(), HasSubstr("GiB"));
 }
 
+// A deadline shorter than the search: the search stops early, leaving time
+// for the current plan's pricing and the migration estimate, and the answer
+// comes within the deadline.
+TEST_F(ReplanTest, ShortDeadlineAnswersWithinItIncludingTheMigration) {
+  v1::Cluster before;
+  for (const char* gpu : {"H100-80GB", "A100-40GB", "L40S"}) {
+    for (int i = 0; i < 4; ++i) {
+      AddNode(&before, absl::StrCat(gpu, "-", i), gpu, 8);
+    }
+  }
+  v1::PlanRequest plan_request;
+  plan_request.mutable_model()->set_name("llama3-8b");
+  plan_request.mutable_training()->set_global_batch(512);
+  *plan_request.mutable_cluster() = before;
+  plan_request.mutable_options()->set_max_evaluations(40);
+  v1::PlanResponse planned;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Plan(&ctx, plan_request, &planned);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  v1::Cluster after = before;
+  AddNode(&after, "H100-80GB-4", "H100-80GB", 8);
+  v1::ReplanRequest request = Request(before, planned.plan(), after);
+  request.mutable_options()->clear_max_evaluations();
+  request.mutable_options()->set_budget_s(30);  // exhaustive takes far longer
+
+  const absl::Duration deadline = absl::Milliseconds(600);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  const absl::Time start = absl::Now();
+  v1::ReplanResponse response;
+  grpc::Status s = stub_->Replan(&ctx, request, &response);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  EXPECT_TRUE(response.new_plan().stopped_early());
+  EXPECT_TRUE(response.current().feasible()) << response.current().reason();
+  EXPECT_TRUE(response.migration().available())
+      << response.migration().reason();
+  EXPECT_LT(took, deadline + absl::Milliseconds(250));
+}
+
 TEST_F(ReplanTest, BadRequestsNameTheField) {
   v1::ReplanResponse response;
   v1::Plan on_absent_node = TwoReplicasOnTwoNodes();
