@@ -14,11 +14,11 @@
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/cli/bench_runner.h"
-#include "planner_service/client/planner_client.h"
 #include "planner_service/cli/plan_svg.h"
 #include "planner_service/cli/plan_table.h"
-#include "planner_service/core/planners.h"
+#include "planner_service/client/planner_client.h"
 #include "planner_service/core/plan_validation.h"
+#include "planner_service/core/planners.h"
 #include "planner_service/core/profile_synthesizer.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
@@ -211,8 +211,7 @@ absl::Status PrintPlan(std::ostream& out, const InputFlags& f,
 absl::Status PrintRemotePlan(std::ostream& out, const InputFlags& f,
                              const PlanningContext& ctx,
                              const nlohmann::json& answer,
-                             const std::string& planner,
-                             double planning_time_s,
+                             const std::string& planner, double planning_time_s,
                              const PlannerStats* stats) {
   absl::StatusOr<Plan> plan =
       PlanFromJson(answer, ctx.cluster(), ctx.catalog(), "server answer");
@@ -228,8 +227,7 @@ int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
                   double budget_s, int max_depth, int max_templates,
                   int64_t max_evaluations, std::ostream& out,
                   std::ostream& err) {
-  absl::StatusOr<std::unique_ptr<PlannerClient>> client =
-      ConnectRemote(remote);
+  absl::StatusOr<std::unique_ptr<PlannerClient>> client = ConnectRemote(remote);
   if (!client.ok()) return Fail(err, client.status());
   PlanQuery q;
   if (absl::Status s =
