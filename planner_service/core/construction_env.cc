@@ -44,9 +44,10 @@ ConstructionEnv::ConstructionEnv(const CostModel& cost_model,
     : cm_(&cost_model),
       fill_(cost_model),
       config_(config),
-      full_pool_(cost_model.cluster()),
-      pool_(full_pool_),
-      scratch_(full_pool_) {}
+      empty_(std::make_shared<const FilledPlan>(
+          FilledPlan{{}, NodePool(cost_model.cluster()), kInfeasible})),
+      current_(empty_),
+      scratch_(empty_->pool) {}
 
 absl::StatusOr<ConstructionEnv> ConstructionEnv::Create(
     const CostModel& cost_model, const ConstructionEnvConfig& config) {
@@ -267,9 +268,7 @@ int ConstructionEnv::SlotOfType(int gpu_type) const {
 }
 
 void ConstructionEnv::Reset() {
-  pool_ = full_pool_;  // copy-assignment reuses pool_'s storage
-  plan_.templates.clear();
-  iteration_time_s_ = kInfeasible;
+  current_ = empty_;
   end_ = EpisodeEnd::kRunning;
   episode_return_ = 0;
   history_.clear();
@@ -299,7 +298,7 @@ void ConstructionEnv::ClearMasks() {
 
 void ConstructionEnv::StartTemplate() {
   state_valid_ = false;
-  scratch_ = pool_;
+  scratch_ = current_->pool;  // copy-assignment reuses scratch_'s storage
   structure_.clear();
   structure_slots_.clear();
   depth_ = 0;
@@ -426,46 +425,27 @@ StepOutcome ConstructionEnv::CompleteTemplate() {
                                              Log2Exact(structure_[i].tp) + 1));
   }
   key_scratch_.push_back('\0');
-  const CachedFill* fill = nullptr;
+  std::shared_ptr<const FilledPlan> filled;
   if (auto it = fill_cache_.find(key_scratch_); it != fill_cache_.end()) {
-    fill = it->second.get();
+    filled = it->second;
     ++fill_cache_hits_;
-  }
-  bool ok;
-  if (fill != nullptr) {
-    ok = fill->ok;
-    if (ok) {
-      plan_ = fill->plan;
-      pool_ = fill->pool;
-      iteration_time_s_ = fill->iteration_time_s;
-    }
   } else {
     absl::StatusOr<FillResult> r =
-        fill_.Extend(plan_, pool_, structure_, &evaluations_);
+        fill_.Extend(current_->plan, current_->pool, structure_, &evaluations_);
     // The masks rule out every other failure (see DepthMask()).
     CHECK(r.ok() || r.status().code() == absl::StatusCode::kFailedPrecondition)
         << r.status();
-    ok = r.ok();
-    const bool remember = config_.fill_cache_entries > 0;
-    if (remember &&
-        static_cast<int>(fill_cache_.size()) >= config_.fill_cache_entries) {
-      fill_cache_.clear();
+    if (r.ok()) {
+      filled = std::make_shared<const FilledPlan>(FilledPlan{
+          std::move(r->plan), std::move(r->pool), r->iteration_time_s});
     }
-    auto entry = remember ? std::make_shared<CachedFill>(CachedFill{
-                                .ok = ok, .plan = {}, .pool = full_pool_})
-                          : nullptr;
-    if (ok) {
-      if (entry) {
-        entry->plan = r->plan;
-        entry->pool = r->pool;
-        entry->iteration_time_s = r->iteration_time_s;
-      }
-      plan_ = std::move(r->plan);
-      pool_ = std::move(r->pool);
-      iteration_time_s_ = r->iteration_time_s;
+    if (config_.fill_cache_entries > 0) {
+      if (static_cast<int>(fill_cache_.size()) >= config_.fill_cache_entries)
+        fill_cache_.clear();
+      fill_cache_.emplace(key_scratch_, filled);
     }
-    if (entry) fill_cache_.emplace(key_scratch_, std::move(entry));
   }
+  const bool ok = filled != nullptr;
   if (!ok) {
     if (templates_placed() == 0) {
       out.reward = -config_.infeasible_penalty;
@@ -477,6 +457,7 @@ StepOutcome ConstructionEnv::CompleteTemplate() {
     out.done = true;
     return out;
   }
+  current_ = std::move(filled);
   history_ = key_scratch_;
   out.reward = (throughput_iters_per_s() - before) / reference_throughput_;
   episode_return_ += out.reward;
@@ -486,7 +467,8 @@ StepOutcome ConstructionEnv::CompleteTemplate() {
 }
 
 double ConstructionEnv::throughput_iters_per_s() const {
-  return std::isfinite(iteration_time_s_) ? 1.0 / iteration_time_s_ : 0.0;
+  const double t = current_->iteration_time_s;
+  return std::isfinite(t) ? 1.0 / t : 0.0;
 }
 
 double ConstructionEnv::normalized_throughput() const {

@@ -150,10 +150,11 @@ struct ConstructionEnvConfig {
   // Filled templates remembered, keyed by the episode's structures so far
   // (which determine the plan and free GPUs auto-fill starts from, so a hit
   // returns exactly what auto-fill would). A trained policy repeats its
-  // templates across the rollouts of a group; a hit costs a plan copy
-  // instead of a fill. When full, the cache is emptied and starts over
-  // (deterministic, and it follows the policy as training moves on). An
-  // entry holds a plan (up to ~35 KB on 512 GPUs). 0 disables it.
+  // templates across the rollouts of a group; a hit costs a pointer copy
+  // instead of a fill (plans are shared, never copied). When full, the cache is
+  // emptied and starts over (deterministic, and it follows the policy as
+  // training moves on). An entry holds a plan (up to ~35 KB on 512 GPUs). 0
+  // disables it.
   int fill_cache_entries = 256;
 };
 
@@ -264,8 +265,8 @@ class ConstructionEnv {
   // The plan built so far (filled and balanced; passes ValidatePlan) and its
   // prediction; an empty plan has iteration time kInfeasible and
   // throughput 0.
-  const Plan& plan() const { return plan_; }
-  double iteration_time_s() const { return iteration_time_s_; }
+  const Plan& plan() const { return current_->plan; }
+  double iteration_time_s() const { return current_->iteration_time_s; }
   double throughput_iters_per_s() const;
   // Throughput / reference_throughput().
   double normalized_throughput() const;
@@ -279,7 +280,7 @@ class ConstructionEnv {
   // The stages of the template being built.
   absl::Span<const StageChoice> structure() const { return structure_; }
   int templates_placed() const {
-    return static_cast<int>(plan_.templates.size());
+    return static_cast<int>(current_->plan.templates.size());
   }
   EpisodeEnd episode_end() const { return end_; }
   // Sum of the rewards of this episode.
@@ -292,6 +293,15 @@ class ConstructionEnv {
   int64_t fill_cache_hits() const { return fill_cache_hits_; }
 
  private:
+  // A plan after a fill and the GPUs it leaves free. Immutable once made,
+  // so the episode, the fill cache and copies of the environment share it
+  // (a cache hit costs a pointer copy).
+  struct FilledPlan {
+    Plan plan;
+    NodePool pool;
+    double iteration_time_s = kInfeasible;
+  };
+
   ConstructionEnv(const CostModel& cost_model,
                   const ConstructionEnvConfig& config);
   // Precomputes the per-slot constants and the summary.
@@ -330,11 +340,10 @@ class ConstructionEnv {
   double reference_throughput_ = 1;
 
   // Episode.
-  NodePool full_pool_;  // every GPU free (what Reset restores)
-  NodePool pool_;       // GPUs free after the placed templates
-  NodePool scratch_;    // pool_ minus the first replica of the stages chosen
-  Plan plan_;
-  double iteration_time_s_ = kInfeasible;
+  std::shared_ptr<const FilledPlan> empty_;    // no plan, every GPU free
+  std::shared_ptr<const FilledPlan> current_;  // the plan so far
+  // current_'s free GPUs minus the first replica of the stages chosen.
+  NodePool scratch_;
   EnvHead head_ = EnvHead::kDepth;
   EpisodeEnd end_ = EpisodeEnd::kRunning;
   double episode_return_ = 0;
@@ -353,18 +362,11 @@ class ConstructionEnv {
   int64_t fill_cache_hits_ = 0;
 
   // The fill cache: key = one byte per stage (slot * kEnvTpSlots + log2 TP,
-  // + 1) with a 0 after each template, over the whole episode.
-  struct CachedFill {
-    bool ok = false;
-    Plan plan;
-    NodePool pool;
-    double iteration_time_s = kInfeasible;
-  };
+  // + 1) with a 0 after each template, over the whole episode; value = the
+  // filled plan, nullptr when auto-fill rejected the template.
   std::string history_;  // key of the templates placed in this episode
   std::string key_scratch_;
-  // Shared so copies of an environment (e.g. to try an action) share the
-  // entries they both hold; entries are never modified.
-  absl::flat_hash_map<std::string, std::shared_ptr<const CachedFill>>
+  absl::flat_hash_map<std::string, std::shared_ptr<const FilledPlan>>
       fill_cache_;
 
   // Lazily computed views.
