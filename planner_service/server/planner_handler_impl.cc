@@ -389,6 +389,20 @@ absl::StatusOr<ReplanAnswer> PlannerHandlerImpl::Replan(const ReplanQuery& q) {
   absl::StatusOr<arachne::Plan> current_plan =
       PlanFromJson(q.current_plan, *current_cluster, catalog_, "current_plan");
   if (!current_plan.ok()) return current_plan.status();
+  // The state layout checks what PlanFromJson leaves to validation: GPU
+  // indices on their node, no GPU used twice, every pipeline covering the
+  // model. A current plan that fails it is malformed (it cannot be what
+  // runs), unlike one that no longer fits, which Replan answers.
+  absl::StatusOr<migration::ModelState> state =
+      migration::ModelState::Create(*model);
+  if (state.ok()) {
+    absl::StatusOr<migration::PlanLayout> layout =
+        migration::PlanLayout::Create(*state, *current_plan, *current_cluster);
+    if (!layout.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("current_plan: ", layout.status().message()));
+    }
+  }
   absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
       PlanningContext::Create(catalog_, *model, *training, *new_cluster,
                               config_.profiles_dir);
@@ -437,8 +451,6 @@ absl::StatusOr<ReplanAnswer> PlannerHandlerImpl::Replan(const ReplanQuery& q) {
         "the deadline or a cancellation came before the migration estimate";
     return answer;
   }
-  absl::StatusOr<migration::ModelState> state =
-      migration::ModelState::Create((*ctx)->model());
   if (!state.ok()) {
     answer.migration.reason = std::string(state.status().message());
     return answer;

@@ -339,6 +339,17 @@ TEST_F(ReplanTest, BadRequestsNameTheField) {
               HasSubstr("current_plan: templates[0].placement[1][0].node: "
                         "unknown node \"gone-7\""));
 
+  v1::Plan gpu_out_of_node = TwoReplicasOnTwoNodes();
+  gpu_out_of_node.mutable_templates(0)
+      ->mutable_placement(0)
+      ->mutable_stages(0)
+      ->set_gpus(7, 99);
+  s = Replan(Request(TwoH100Nodes(), gpu_out_of_node, TwoH100Nodes()),
+             &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("current_plan: "));
+  EXPECT_THAT(s.error_message(), HasSubstr("99"));
+
   s = Replan(Request(TwoH100Nodes(), TwoReplicasOnTwoNodes(), v1::Cluster()),
              &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
