@@ -268,6 +268,22 @@ TEST_F(ReplanTest, NodeWithFewerGpusNamesTheGpu) {
                         "GPU 4"));
 }
 
+// A node that kept its name but changed GPU type: neither the current plan
+// nor its state carries over.
+TEST_F(ReplanTest, NodeThatChangedGpuTypeIsNamed) {
+  v1::Cluster after = TwoH100Nodes();
+  after.mutable_nodes(1)->set_gpu("A100-80GB");
+  v1::ReplanResponse response;
+  grpc::Status s = Replan(
+      Request(TwoH100Nodes(), TwoReplicasOnTwoNodes(), after), &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(response.current().feasible());
+  EXPECT_THAT(response.current().reason(),
+              HasSubstr("node \"h1\" is now A100-80GB, was H100-80GB"));
+  EXPECT_FALSE(response.migration().available());
+  EXPECT_THAT(response.migration().reason(), HasSubstr("h1"));
+}
+
 // A current plan that does not fit in memory on the new cluster is not
 // feasible, with the cost model's reason.
 TEST_F(ReplanTest, CurrentPlanOutOfMemoryIsNotFeasible) {
