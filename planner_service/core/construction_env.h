@@ -179,12 +179,15 @@ struct StepOutcome {
   bool template_completed = false;  // auto-fill ran on this step
 };
 
+// One environment per composition and thread; several may share one cost
+// model. Copyable (a copy continues the episode independently, sharing the
+// filled plans both hold), movable, not assignable.
 class ConstructionEnv {
  public:
   // Builds the environment for the cost model's cluster and model; the cost
   // model must outlive the environment. Errors: InvalidArgument naming the
   // config field and value (max_depth outside [1, 16], max_templates < 1,
-  // infeasible_penalty < 0) or naming the cluster's type count when it
+  // infeasible_penalty < 0, fill_cache_entries < 0) or naming the cluster's type count when it
   // exceeds kEnvTypeSlots; FailedPrecondition when no GPU type of the
   // cluster has a profile for any TP degree (no template can exist). The
   // environment starts reset.
