@@ -182,6 +182,48 @@ def plot_scatter(scenario, samples, rows, planners, out_dir, suffix=""):
     return path
 
 
+def plot_growth(scenario, rows, planners, out_dir, minutes_per_step=5):
+    """Figure 8's view of a growing cluster: each planner's throughput over
+    time as nodes join (one join every `minutes_per_step` minutes, every
+    planner replanning from scratch), so a plan slower than the one it
+    replaces shows as a drop."""
+    compositions = ordered_unique(r["composition"] for r in rows)
+    by_key = {(r["composition"], r["planner"]): r for r in rows}
+    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    end = len(compositions) * minutes_per_step
+    for planner in planners:
+        xs, ys = [], []
+        for ci, comp in enumerate(compositions):
+            r = by_key.get((comp, planner))
+            ok = r is not None and r["status"] == "ok"
+            xs.append(ci * minutes_per_step)
+            ys.append(float(r["throughput_iters_per_s"]) if ok else 0.0)
+        xs.append(end)
+        ys.append(ys[-1])
+        ax.step(xs, ys, where="post", label=planner,
+                color=planner_color(planner, planners), linewidth=1.5)
+    top = max([float(r["throughput_iters_per_s"]) for r in rows
+               if r["status"] == "ok"] or [1.0])
+    for ci, comp in enumerate(compositions):
+        ax.axvline(ci * minutes_per_step, color="grey", linewidth=0.3)
+        ax.text(ci * minutes_per_step + 0.15, top * 1.28, comp, fontsize=6.5,
+                va="top", color="dimgrey")
+    ax.set_xlim(0, end)
+    ax.set_ylim(0, top * 1.3)
+    ax.set_xlabel("Time (min): a node joins every %d min" % minutes_per_step)
+    ax.set_ylabel("Throughput (iter/s)")
+    ax.set_title("%s over time: %s (%s)" % (panel_title(rows[0]["figure"]),
+                                            rows[0]["model"], scenario),
+                 fontsize=10)
+    ax.grid(linewidth=0.3)
+    ax.legend(fontsize=7, frameon=False, loc="lower right", ncol=4)
+    fig.tight_layout()
+    path = os.path.join(out_dir, scenario + "-timeline.png")
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
 def main(argv):
     if len(argv) != 2:
         sys.stderr.write("usage: %s DIR (the --out of arachne bench)\n" % argv[0])
@@ -199,6 +241,8 @@ def main(argv):
         rows = [r for r in results if r["scenario"] == scenario]
         written.append(plot_bars(scenario, rows, planners, out_dir))
         kind = rows[0]["kind"]
+        if kind == "growth":
+            written.append(plot_growth(scenario, rows, planners, out_dir))
         if kind == "search_curve":
             curve = [p for p in progress if p["scenario"] == scenario]
             if curve:
