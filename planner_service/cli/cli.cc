@@ -25,6 +25,9 @@
 #include "planner_service/io/plan_io.h"
 #include "planner_service/io/planning_context.h"
 #include "planner_service/io/profile_io.h"
+#ifdef ARACHNE_HAVE_TORCH
+#include "planner_service/policy/train_command.h"
+#endif
 
 namespace arachne {
 namespace {
@@ -626,6 +629,11 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   bench->add_flag("--no-plots", bench_flags.no_plots,
                   "write the CSV and Markdown results only");
 
+#ifdef ARACHNE_HAVE_TORCH
+  TrainOptions train_options;
+  CLI::App* train = AddTrainCommand(&app, &train_options);
+#endif
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -663,6 +671,9 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
     return kExitOk;
   }
   if (*bench) return RunBenchCommand(bench_flags, out, err);
+#ifdef ARACHNE_HAVE_TORCH
+  if (*train) return RunTrainCommand(train_options, out, err);
+#endif
   if (*models) return RunModels(profiles_dir, list_format, out, err);
   if (*gpus) return RunGpus(profiles_dir, list_format, out, err);
   return kExitInternal;

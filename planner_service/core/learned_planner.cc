@@ -1,0 +1,145 @@
+#include "planner_service/core/learned_planner.h"
+
+#include <algorithm>
+#include <array>
+#include <random>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "glog/logging.h"
+#include "planner_service/core/search_tracker.h"
+
+namespace arachne {
+namespace {
+
+absl::Mutex factory_mu;
+PolicyModelFactory& RegisteredFactory() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+    factory_mu) {
+  static auto* factory = new PolicyModelFactory();
+  return *factory;
+}
+
+// The most actions a head has (the depth head: STOP and 1..16).
+constexpr int kMaxActions = kEnvDepthActions;
+
+// Index of the largest probability (the first on ties: deterministic).
+int Greedy(absl::Span<const float> p) {
+  return static_cast<int>(std::max_element(p.begin(), p.end()) - p.begin());
+}
+
+// An action drawn from `p` with a uniform double built from the generator's
+// bits (the same draw on every platform, unlike std distributions); never a
+// zero-probability action.
+int Sample(absl::Span<const float> p, std::mt19937_64& rng) {
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  double total = 0;
+  for (float x : p) total += x;
+  double acc = 0;
+  int last = -1;
+  for (int a = 0; a < static_cast<int>(p.size()); ++a) {
+    if (p[a] <= 0) continue;
+    acc += p[a];
+    last = a;
+    if (u * total < acc) return a;
+  }
+  CHECK_GE(last, 0) << "policy gave no action a positive probability";
+  return last;
+}
+
+}  // namespace
+
+void RegisterLearnedPolicyFactory(PolicyModelFactory factory) {
+  absl::MutexLock lock(&factory_mu);
+  RegisteredFactory() = std::move(factory);
+}
+
+bool HasLearnedPolicyFactory() {
+  absl::MutexLock lock(&factory_mu);
+  return static_cast<bool>(RegisteredFactory());
+}
+
+std::string NoPolicyMessage(const std::string& model, const std::string& why) {
+  return absl::StrCat("learned planner: no policy for model \"", model,
+                      "\": ", why, "; plan with --planner ",
+                      kLearnedFallbackPlanner,
+                      " instead (docs/learned-policy.md, Inference)");
+}
+
+absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
+                                               const PlannerOptions& options) {
+  if (config_.sampled_rollouts < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("learned planner: sampled_rollouts must be >= 0, got ",
+                     config_.sampled_rollouts));
+  }
+  PolicyModelFactory factory = factory_;
+  if (!factory) {
+    absl::MutexLock lock(&factory_mu);
+    factory = RegisteredFactory();
+  }
+  if (!factory) {
+    return absl::FailedPreconditionError(NoPolicyMessage(
+        cm.model().name,
+        "this build has no policy support (LibTorch was not found at "
+        "configure time: -DARACHNE_WITH_TORCH=ON needs libtorch-dev)"));
+  }
+  absl::StatusOr<std::unique_ptr<PolicyModel>> policy = factory(cm);
+  if (!policy.ok()) return policy.status();
+  CHECK(*policy != nullptr);
+
+  ConstructionEnvConfig env_config;
+  env_config.max_depth = std::clamp(options.max_depth, 1, kEnvMaxDepth);
+  env_config.max_templates = std::max(options.max_templates, 1);
+  absl::StatusOr<ConstructionEnv> env = ConstructionEnv::Create(cm, env_config);
+  if (!env.ok()) {
+    return absl::Status(
+        env.status().code(),
+        absl::StrCat("learned planner: ", env.status().message(),
+                     "; plan with --planner ", kLearnedFallbackPlanner,
+                     " instead"));
+  }
+
+  PlannerOptions run_options = options;
+  run_options.budget = std::min(options.budget, config_.latency_budget);
+  SearchTracker tracker(cm, run_options);
+  std::mt19937_64 rng(options.seed);
+  std::array<float, kMaxActions> probabilities{};
+  int64_t counted = env->evaluations();
+  for (int rollout = 0; rollout <= config_.sampled_rollouts; ++rollout) {
+    // The greedy rollout (0) always runs so a tight budget still plans.
+    if (rollout > 0 && tracker.OutOfBudget()) break;
+    env->Reset();
+    while (!env->done()) {
+      const int actions = static_cast<int>(env->LegalMask().size());
+      absl::Span<float> p = absl::MakeSpan(probabilities.data(), actions);
+      (*policy)->ActionProbabilities(*env, p);
+      // The contract says masked actions get 0; enforcing it here keeps a
+      // faulty model from reaching Step's CHECK.
+      absl::Span<const uint8_t> mask = env->LegalMask();
+      float total = 0;
+      for (int a = 0; a < actions; ++a) {
+        if (!mask[a]) p[a] = 0;
+        total += p[a];
+      }
+      if (!(total > 0)) {  // degenerate output: uniform over legal actions
+        for (int a = 0; a < actions; ++a) p[a] = mask[a];
+      }
+      const int action = rollout == 0 ? Greedy(p) : Sample(p, rng);
+      const StepOutcome step = env->Step(action);
+      if (step.template_completed) tracker.CountTemplate();
+    }
+    *tracker.evaluation_counter() += env->evaluations() - counted;
+    counted = env->evaluations();
+    if (env->plan().templates.empty()) {
+      tracker.NoteFailure(absl::StrCat(
+          "the policy's first template did not fit (rollout ", rollout, ")"));
+      continue;
+    }
+    tracker.Offer(env->plan(), env->iteration_time_s());
+  }
+  return tracker.Finish(name(), /*exhaustive=*/false);
+}
+
+}  // namespace arachne

@@ -1,0 +1,101 @@
+// The learned planner at planning time (paper §5.4, Algorithm 1): a trained
+// policy builds plans in the construction environment (construction_env.h),
+// one greedy rollout and N sampled ones, every plan priced by auto-fill, the
+// best returned.
+//
+// The planner core holds no LibTorch: the policy reaches it through the
+// PolicyModel interface below, and the LibTorch implementation
+// (planner_service/policy) registers a factory for it at start-up. A build
+// without LibTorch, or a model with no checkpoint and no declared relative
+// with one, gets FailedPrecondition naming the model and the planner to use
+// instead (kLearnedFallbackPlanner); it never crashes.
+#ifndef ARACHNE_PLANNER_SERVICE_CORE_LEARNED_PLANNER_H_
+#define ARACHNE_PLANNER_SERVICE_CORE_LEARNED_PLANNER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "planner_service/core/construction_env.h"
+#include "planner_service/core/cost_model.h"
+#include "planner_service/core/planner.h"
+
+namespace arachne {
+
+// The planner the error messages point to when no policy is available: the
+// exact search (ground truth on small clusters, best-so-far under its budget
+// on large ones).
+inline constexpr char kLearnedFallbackPlanner[] = "exact";
+
+// A policy over the construction environment's heads.
+class PolicyModel {
+ public:
+  virtual ~PolicyModel() = default;
+  // The policy's distribution over the acting head's actions of `env` (not
+  // done): fills `probabilities`, of size env.LegalMask().size(), with
+  // values that are exactly 0 on masked actions and sum to 1. Reads only
+  // env.head(), State(), the acting head's candidates and LegalMask().
+  virtual void ActionProbabilities(const ConstructionEnv& env,
+                                   absl::Span<float> probabilities) = 0;
+};
+
+// Makes the policy for the cost model's model (its own checkpoint, else its
+// declared relative's, ModelSpec::policy_relative). FailedPrecondition with
+// the reason when there is none or it does not match (other profile set,
+// other format version).
+using PolicyModelFactory =
+    std::function<absl::StatusOr<std::unique_ptr<PolicyModel>>(
+        const CostModel& cost_model)>;
+
+// Installs the factory LearnedPlanner uses when constructed without one
+// (the LibTorch policy library calls this; see
+// planner_service/policy/torch_policy.h). Replaces an earlier one; an empty
+// function removes it. Thread-safe.
+void RegisterLearnedPolicyFactory(PolicyModelFactory factory);
+// Whether a factory is registered (false in a build without LibTorch).
+bool HasLearnedPolicyFactory();
+
+// "learned planner: no policy for model \"<model>\": <why>; plan with
+// --planner exact instead (docs/learned-policy.md, Inference)".
+std::string NoPolicyMessage(const std::string& model, const std::string& why);
+
+struct LearnedPlannerConfig {
+  // Sampled rollouts after the greedy one (N >= 0).
+  int sampled_rollouts = 32;
+  // Wall-clock limit of one Run, on top of PlannerOptions::budget (the
+  // smaller wins). The greedy rollout always completes; sampled rollouts
+  // start only while time is left.
+  absl::Duration latency_budget = absl::Seconds(1);
+};
+
+class LearnedPlanner : public Planner {
+ public:
+  // `factory` empty: the registered one (RegisterLearnedPolicyFactory).
+  explicit LearnedPlanner(LearnedPlannerConfig config = {},
+                          PolicyModelFactory factory = nullptr)
+      : config_(config), factory_(std::move(factory)) {}
+
+  std::string name() const override { return "learned"; }
+
+  // The best of one greedy and config.sampled_rollouts sampled rollouts
+  // (options.max_depth and max_templates bound the environment). Sampling
+  // draws from a generator seeded with options.seed, so a seed gives the
+  // same plan when the budgets do not cut the run short. Errors:
+  // FailedPrecondition (NoPolicyMessage) when no policy is available, the
+  // environment's error for a cluster it cannot hold (more than 4 GPU types,
+  // nothing profiled), InvalidArgument for sampled_rollouts < 0, and
+  // SearchTracker::Finish's FailedPrecondition when no rollout found a plan.
+  absl::StatusOr<PlanResult> Run(const CostModel& cost_model,
+                                 const PlannerOptions& options) override;
+
+ private:
+  LearnedPlannerConfig config_;
+  PolicyModelFactory factory_;
+};
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_CORE_LEARNED_PLANNER_H_

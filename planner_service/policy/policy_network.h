@@ -1,0 +1,91 @@
+// The template policy network (paper §5.4): a shared MLP backbone over the
+// construction environment's state, conditioned on the composition summary
+// by FiLM (a scale and a shift per backbone layer and per head), and three
+// heads that each score their candidates:
+//  - depth head: each of the 17 actions (STOP, 1..16) from its own row of
+//    ConstructionEnv::DepthCandidates() next to the backbone output;
+//  - device head: each GPU-type slot from its DeviceCandidates() row;
+//  - TP head: each of the 4 TP degrees from TpCandidates() below (the
+//    pending type's speed and memory at that degree).
+// Scoring candidates by their own features keeps the candidate count out
+// of the weights. Illegal actions get logit -1e9, so probability exactly 0.
+//
+// This header is LibTorch-free (the module lives behind a pimpl in
+// policy_network_module.h), so code that only runs a policy needs no
+// LibTorch include.
+#ifndef ARACHNE_PLANNER_SERVICE_POLICY_POLICY_NETWORK_H_
+#define ARACHNE_PLANNER_SERVICE_POLICY_POLICY_NETWORK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "planner_service/core/construction_env.h"
+#include "planner_service/core/learned_planner.h"
+
+namespace arachne {
+
+// Sizes of the network; stored in every checkpoint.
+struct PolicyNetworkConfig {
+  int hidden = 128;      // backbone width
+  int layers = 2;        // backbone layers (each FiLM-conditioned)
+  int head_hidden = 64;  // hidden width of each head's candidate scorer
+  int film_hidden = 32;  // hidden width of the FiLM generator
+};
+
+// Features of one TP-head candidate (TP 2^k of the pending type slot s),
+// read from the state: relative speed α, effective speed φ and layer memory
+// μ of slot s at TP 2^k, then the one-hot of k.
+inline constexpr int kTpCandidateFeatures = 7;
+
+// Logit of an illegal action: exp underflows to exactly 0 in float, and
+// 0 * logit stays finite in the entropy (unlike -inf).
+inline constexpr float kMaskedLogit = -1e9f;
+
+// The acting head's candidate rows of `env` (not done): depth 17 x 7,
+// device 4 x 9, TP 4 x kTpCandidateFeatures, appended row-major to
+// `out` (cleared first). Returns the feature count per row.
+int HeadCandidates(const ConstructionEnv& env, std::vector<float>* out);
+
+class PolicyNetwork : public PolicyModel {
+ public:
+  struct Module;  // the LibTorch module (policy_network_module.h)
+
+  // A freshly initialised network: LibTorch's default initialisation drawn
+  // after torch::manual_seed(seed), the FiLM output layer zero (identity
+  // conditioning at the start). InvalidArgument naming the field when a size
+  // is < 1 or above 4096.
+  static absl::StatusOr<std::unique_ptr<PolicyNetwork>> Create(
+      const PolicyNetworkConfig& config, uint64_t seed);
+  ~PolicyNetwork() override;
+
+  const PolicyNetworkConfig& config() const { return config_; }
+  int64_t ParameterCount() const;
+
+  // PolicyModel: softmax over the acting head's masked logits. Runs without
+  // autograd; one decision costs a few tens of microseconds on one core.
+  void ActionProbabilities(const ConstructionEnv& env,
+                           absl::Span<float> probabilities) override;
+  // The masked logits of the acting head (kMaskedLogit where illegal).
+  std::vector<float> Logits(const ConstructionEnv& env);
+
+  // Copies every parameter of `other` (same config) into this network.
+  void CopyFrom(const PolicyNetwork& other);
+
+  Module& module() { return *module_; }
+  const Module& module() const { return *module_; }
+  std::shared_ptr<Module> shared_module() const { return module_; }
+
+ private:
+  PolicyNetwork(const PolicyNetworkConfig& config,
+                std::shared_ptr<Module> module);
+  PolicyNetworkConfig config_;
+  std::shared_ptr<Module> module_;
+};
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_POLICY_POLICY_NETWORK_H_

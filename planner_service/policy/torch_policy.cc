@@ -1,0 +1,132 @@
+#include "planner_service/policy/torch_policy.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "planner_service/io/data_files.h"
+#include "planner_service/policy/checkpoint.h"
+#include "planner_service/policy/policy_network.h"
+
+#ifndef ARACHNE_DEFAULT_POLICIES_DIR
+#define ARACHNE_DEFAULT_POLICIES_DIR "profiles/policies"
+#endif
+
+namespace arachne {
+namespace {
+
+// Shares one loaded network between plans; inference only reads it.
+class SharedPolicy : public PolicyModel {
+ public:
+  explicit SharedPolicy(std::shared_ptr<PolicyNetwork> network)
+      : network_(std::move(network)) {}
+  void ActionProbabilities(const ConstructionEnv& env,
+                           absl::Span<float> probabilities) override {
+    network_->ActionProbabilities(env, probabilities);
+  }
+
+ private:
+  std::shared_ptr<PolicyNetwork> network_;
+};
+
+struct CachedCheckpoint {
+  std::filesystem::file_time_type mtime;
+  PolicyCheckpointInfo info;
+  std::shared_ptr<PolicyNetwork> network;
+};
+
+absl::Mutex cache_mu;
+std::map<std::string, CachedCheckpoint>& Cache()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu) {
+  static auto* cache = new std::map<std::string, CachedCheckpoint>();
+  return *cache;
+}
+
+absl::StatusOr<CachedCheckpoint> LoadCached(const std::string& path) {
+  std::error_code ec;
+  const auto mtime = std::filesystem::last_write_time(path, ec);
+  if (ec) {
+    return absl::NotFoundError(absl::StrCat(path, " does not exist"));
+  }
+  absl::MutexLock lock(&cache_mu);
+  auto it = Cache().find(path);
+  if (it != Cache().end() && it->second.mtime == mtime) return it->second;
+  absl::StatusOr<LoadedPolicy> loaded = LoadPolicyCheckpoint(path);
+  if (!loaded.ok()) return loaded.status();
+  CachedCheckpoint entry{mtime, loaded->info, std::move(loaded->network)};
+  Cache()[path] = entry;
+  return entry;
+}
+
+}  // namespace
+
+std::string DefaultPoliciesDir() {
+  if (const char* env = std::getenv("ARACHNE_POLICIES_DIR");
+      env != nullptr && env[0] != '\0') {
+    return env;
+  }
+  return ARACHNE_DEFAULT_POLICIES_DIR;
+}
+
+PolicyModelFactory MakeTorchPolicyFactory(TorchPolicyOptions options) {
+  if (options.policies_dir.empty()) options.policies_dir = DefaultPoliciesDir();
+  return [options](const CostModel& cm)
+             -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
+    const ModelSpec& model = cm.model();
+    absl::StatusOr<std::string> calibration =
+        ReadDataFile("calibration.json", options.profiles_dir);
+    if (!calibration.ok()) {
+      return absl::FailedPreconditionError(
+          NoPolicyMessage(model.name, std::string(calibration.status().message())));
+    }
+    std::vector<std::string> names = {model.name};
+    if (!model.policy_relative.empty() && model.policy_relative != model.name)
+      names.push_back(model.policy_relative);
+    std::vector<std::string> why;
+    for (const std::string& name : names) {
+      const std::string path =
+          (std::filesystem::path(options.policies_dir) / (name + ".pt"))
+              .string();
+      absl::StatusOr<CachedCheckpoint> ckpt = LoadCached(path);
+      if (!ckpt.ok()) {
+        why.push_back(std::string(ckpt.status().message()));
+        continue;
+      }
+      // The checkpoint's own profile name enters its fingerprint; for the
+      // model's own checkpoint it must also be the model's profile set.
+      const std::string own_profiles =
+          model.profile_name.empty() ? model.name : model.profile_name;
+      if (name == model.name && ckpt->info.profile_name != own_profiles) {
+        why.push_back(absl::StrCat(path, ": trained on the profiles of \"",
+                                   ckpt->info.profile_name, "\", model \"",
+                                   model.name, "\" uses \"", own_profiles,
+                                   "\""));
+        continue;
+      }
+      const std::string fingerprint = ProfileSetFingerprint(
+          cm.catalog(), ckpt->info.profile_name, *calibration);
+      if (absl::Status fits =
+              CheckCheckpointFits(ckpt->info, name, fingerprint, path);
+          !fits.ok()) {
+        why.push_back(std::string(fits.message()));
+        continue;
+      }
+      return std::unique_ptr<PolicyModel>(
+          std::make_unique<SharedPolicy>(ckpt->network));
+    }
+    return absl::FailedPreconditionError(
+        NoPolicyMessage(model.name, absl::StrJoin(why, "; ")));
+  };
+}
+
+void RegisterTorchPolicy(TorchPolicyOptions options) {
+  RegisterLearnedPolicyFactory(MakeTorchPolicyFactory(std::move(options)));
+}
+
+}  // namespace arachne

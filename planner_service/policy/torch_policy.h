@@ -1,0 +1,39 @@
+// The LibTorch policy as the planner core's PolicyModel: resolves a model's
+// checkpoint (its own, else its declared relative's) and registers the
+// factory LearnedPlanner uses (learned_planner.h).
+#ifndef ARACHNE_PLANNER_SERVICE_POLICY_TORCH_POLICY_H_
+#define ARACHNE_PLANNER_SERVICE_POLICY_TORCH_POLICY_H_
+
+#include <string>
+
+#include "planner_service/core/learned_planner.h"
+
+namespace arachne {
+
+struct TorchPolicyOptions {
+  // Where `<model>.pt` checkpoints are looked up; "" = DefaultPoliciesDir().
+  std::string policies_dir;
+  // Profiles directory the plans use ("" = built-in data): its
+  // calibration.json enters the profile fingerprint.
+  std::string profiles_dir;
+};
+
+// $ARACHNE_POLICIES_DIR when set, else the source tree's profiles/policies
+// (compiled in).
+std::string DefaultPoliciesDir();
+
+// The factory: for a cost model of model M, loads `<dir>/M.pt`, else
+// `<dir>/R.pt` with R = ModelSpec::policy_relative, and checks that the
+// checkpoint was made for that model, this format version and the profile
+// fingerprint of the cost model's catalog and calibration. Errors:
+// FailedPrecondition (NoPolicyMessage) naming every path tried and why each
+// failed. Loaded checkpoints are cached per path and modification time, so
+// repeated plans read the file once; the cache is thread-safe.
+PolicyModelFactory MakeTorchPolicyFactory(TorchPolicyOptions options = {});
+
+// RegisterLearnedPolicyFactory(MakeTorchPolicyFactory(options)).
+void RegisterTorchPolicy(TorchPolicyOptions options = {});
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_POLICY_TORCH_POLICY_H_

@@ -1,0 +1,233 @@
+#include "planner_service/policy/train_command.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "planner_service/core/composition_generator.h"
+#include "planner_service/io/data_files.h"
+#include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/model_io.h"
+#include "planner_service/io/planning_context.h"
+#include "planner_service/io/scenario_io.h"
+#include "planner_service/policy/checkpoint.h"
+
+#ifndef ARACHNE_SOURCE_SCENARIOS_DIR
+#define ARACHNE_SOURCE_SCENARIOS_DIR "bench/scenarios"
+#endif
+
+namespace arachne {
+namespace {
+
+std::string CurvePath(const TrainOptions& o) {
+  if (!o.curve.empty()) return o.curve;
+  std::filesystem::path p(o.out);
+  p.replace_extension(".curve.csv");
+  return p.string();
+}
+
+std::string Bar(double fraction) {
+  const int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * 20);
+  return std::string(filled, '#') + std::string(20 - filled, '.');
+}
+
+}  // namespace
+
+absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& o,
+                                        std::ostream& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  if (o.out.empty())
+    return absl::InvalidArgumentError("train: --out must name a file");
+  if (o.compositions < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train: --compositions must be >= 1, got ",
+                     o.compositions));
+  }
+  absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(o.profiles_dir);
+  if (!catalog.ok()) return catalog.status();
+  absl::StatusOr<std::vector<ModelSpec>> models =
+      LoadModelCatalog(o.profiles_dir);
+  if (!models.ok()) return models.status();
+  const ModelSpec* model = nullptr;
+  for (const ModelSpec& m : *models)
+    if (m.name == o.model) model = &m;
+  if (model == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("train: --model: unknown model \"", o.model,
+                     "\" (arachne models lists them)"));
+  }
+  CompositionGeneratorConfig gen_config;
+  for (const std::string& id : o.gpu_types) {
+    absl::StatusOr<int> t = catalog->IndexOf(id);
+    if (!t.ok()) return t.status();
+    gen_config.gpu_types.push_back(*t);
+  }
+  gen_config.min_types = std::min<int>(2, gen_config.gpu_types.size());
+  gen_config.max_types = std::min<int>(4, gen_config.gpu_types.size());
+  gen_config.min_gpus = o.min_gpus;
+  gen_config.max_gpus = o.max_gpus;
+
+  // Every composition of the evaluation suite, whatever its model, stays
+  // unseen.
+  std::vector<Cluster> excluded;
+  const std::string suite_dir = o.exclude_scenarios.empty()
+                                    ? ARACHNE_SOURCE_SCENARIOS_DIR
+                                    : o.exclude_scenarios;
+  absl::StatusOr<std::vector<Scenario>> suite =
+      LoadScenarioSuite(suite_dir, {}, *catalog, o.profiles_dir);
+  if (!suite.ok()) return suite.status();
+  for (const Scenario& s : *suite)
+    for (const Composition& c : s.compositions) excluded.push_back(c.cluster);
+
+  absl::StatusOr<CompositionGenerator> generator =
+      CompositionGenerator::Create(*catalog, gen_config, excluded);
+  if (!generator.ok()) return generator.status();
+  absl::StatusOr<std::vector<Cluster>> clusters =
+      generator->Generate(o.compositions, o.seed);
+  if (!clusters.ok()) return clusters.status();
+
+  std::vector<std::unique_ptr<PlanningContext>> contexts;
+  std::vector<const CostModel*> cost_models;
+  for (const Cluster& cluster : *clusters) {
+    absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
+        PlanningContext::Create(*catalog, *model, o.training, cluster,
+                                o.profiles_dir);
+    if (!ctx.ok()) return ctx.status();
+    cost_models.push_back(&(*ctx)->cost_model());
+    contexts.push_back(*std::move(ctx));
+  }
+  GrpoConfig grpo = o.grpo;
+  grpo.episodes = o.episodes;
+  grpo.seed = o.seed;
+  absl::StatusOr<std::unique_ptr<GrpoTrainer>> trainer =
+      GrpoTrainer::Create(grpo, cost_models);
+  if (!trainer.ok()) return trainer.status();
+
+  TrainReport report;
+  report.compositions = static_cast<int>(cost_models.size());
+  report.excluded = static_cast<int>(excluded.size());
+  report.initial_greedy_reward = (*trainer)->GreedyReward();
+  progress << absl::StrFormat(
+      "train %s: %d compositions (%d suite compositions excluded), %d "
+      "episodes, greedy reward before %.4f\n",
+      o.model, report.compositions, report.excluded, o.episodes,
+      report.initial_greedy_reward);
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+        .count();
+  };
+  double last_print = -1;
+  report.curve = (*trainer)->Train(
+      [&](const GrpoIteration& it) {
+        const double now = elapsed();
+        if (now - last_print < 2 && it.episodes < o.episodes) return;
+        last_print = now;
+        const double fraction = static_cast<double>(it.episodes) / o.episodes;
+        double left = fraction > 0 ? now / fraction - now : 0;
+        if (o.time_limit_s > 0) left = std::min(left, o.time_limit_s - now);
+        progress << absl::StrFormat(
+            "[%s] episodes %d/%d  mean %.4f  best %.4f  greedy %.4f  %.0fs "
+            "elapsed, ~%.0fs left\n",
+            Bar(fraction), it.episodes, o.episodes, it.mean_reward,
+            it.best_reward, it.greedy_reward, now, std::max(left, 0.0));
+        progress.flush();
+      },
+      [&] { return o.time_limit_s <= 0 || elapsed() < o.time_limit_s; });
+  report.final_greedy_reward = (*trainer)->GreedyReward();
+  report.wall_s = elapsed();
+
+  absl::StatusOr<std::string> calibration =
+      ReadDataFile("calibration.json", o.profiles_dir);
+  if (!calibration.ok()) return calibration.status();
+  PolicyCheckpointInfo info;
+  info.model = model->name;
+  info.profile_name =
+      model->profile_name.empty() ? model->name : model->profile_name;
+  info.profile_fingerprint =
+      ProfileSetFingerprint(*catalog, info.profile_name, *calibration);
+  info.training.episodes = (*trainer)->episodes();
+  info.training.compositions = report.compositions;
+  info.training.seed = o.seed;
+  info.training.wall_s = report.wall_s;
+  info.training.final_mean_reward =
+      report.curve.empty() ? 0 : report.curve.back().mean_reward;
+  info.training.best_reward = (*trainer)->best_reward();
+  if (absl::Status s = SavePolicyCheckpoint((*trainer)->network(), info, o.out);
+      !s.ok())
+    return s;
+  std::ofstream csv(CurvePath(o));
+  csv << "iteration,episodes,elapsed_s,mean_reward,best_reward,greedy_reward,"
+         "forced_probability,loss\n";
+  for (const GrpoIteration& it : report.curve) {
+    csv << absl::StrFormat("%d,%d,%.3f,%.6f,%.6f,%.6f,%.4f,%.6f\n",
+                           it.iteration, it.episodes, it.elapsed_s,
+                           it.mean_reward, it.best_reward, it.greedy_reward,
+                           it.forced_probability, it.loss);
+  }
+  if (!csv.good()) {
+    return absl::InternalError(
+        absl::StrCat("train: cannot write ", CurvePath(o)));
+  }
+  return report;
+}
+
+CLI::App* AddTrainCommand(CLI::App* app, TrainOptions* o) {
+  CLI::App* train = app->add_subcommand(
+      "train", "train a model's learned policy (GRPO, docs/learned-policy.md)");
+  train->add_option("--model", o->model, "model catalog id")->required();
+  train->add_option("--compositions", o->compositions,
+                    "generated training compositions")
+      ->capture_default_str();
+  train->add_option("--episodes", o->episodes, "rollouts to train on")
+      ->capture_default_str();
+  train->add_option("--seed", o->seed, "seed")->capture_default_str();
+  train->add_option("--time-limit", o->time_limit_s,
+                    "stop after this many seconds (0: none)")
+      ->capture_default_str();
+  train->add_option("--out", o->out, "checkpoint file (.pt)")->required();
+  train->add_option("--curve", o->curve,
+                    "training-curve CSV (default: <out>.curve.csv)");
+  train->add_option("--profiles-dir", o->profiles_dir,
+                    "override profiles/ data");
+  train->add_option("--exclude-scenarios", o->exclude_scenarios,
+                    "scenario suite kept out of training (default: "
+                    "bench/scenarios)");
+  train->add_option("--gpu-types", o->gpu_types,
+                    "GPU types to draw compositions from")
+      ->delimiter(',')
+      ->capture_default_str();
+  train->add_option("--max-gpus", o->max_gpus, "largest training cluster")
+      ->capture_default_str();
+  train->add_option("--group-size", o->grpo.group_size, "rollouts per group")
+      ->capture_default_str();
+  return train;
+}
+
+int RunTrainCommand(const TrainOptions& options, std::ostream& out,
+                    std::ostream& err) {
+  absl::StatusOr<TrainReport> report = TrainPolicy(options, out);
+  if (!report.ok()) {
+    err << "error: " << report.status().message() << "\n";
+    switch (report.status().code()) {
+      case absl::StatusCode::kInvalidArgument:
+      case absl::StatusCode::kNotFound:
+      case absl::StatusCode::kFailedPrecondition:
+        return 2;
+      default:
+        return 1;
+    }
+  }
+  out << absl::StrFormat(
+      "trained %s in %.0f s: greedy reward %.4f -> %.4f over %d "
+      "compositions; wrote %s and %s\n",
+      options.model, report->wall_s, report->initial_greedy_reward,
+      report->final_greedy_reward, report->compositions, options.out,
+      CurvePath(options));
+  return 0;
+}
+
+}  // namespace arachne

@@ -1,0 +1,68 @@
+// `arachne train`: trains the policy of one model with GRPO on generated
+// compositions (none of bench/scenarios) and writes a checkpoint, its
+// metadata and the training curve. Built only with LibTorch; cli.cc adds
+// the subcommand under #ifdef ARACHNE_HAVE_TORCH.
+#ifndef ARACHNE_PLANNER_SERVICE_POLICY_TRAIN_COMMAND_H_
+#define ARACHNE_PLANNER_SERVICE_POLICY_TRAIN_COMMAND_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "planner_service/policy/grpo_trainer.h"
+
+namespace arachne {
+
+struct TrainOptions {
+  std::string model;      // catalog id
+  int compositions = 32;  // generated training compositions
+  int64_t episodes = 4000;
+  uint64_t seed = 1;
+  // Wall-clock limit (0: none); training stops after the iteration that
+  // crosses it.
+  double time_limit_s = 0;
+  std::string out;        // checkpoint path (*.pt)
+  std::string curve;      // training-curve CSV ("": <out>.curve.csv)
+  std::string profiles_dir;  // "" = built-in data
+  // Scenario suite whose compositions training must never see ("": the
+  // source tree's bench/scenarios).
+  std::string exclude_scenarios;
+  // GPU types the generator draws from (catalog ids).
+  std::vector<std::string> gpu_types = {"A100-40GB", "A100-80GB", "H100-80GB",
+                                        "A6000"};
+  int min_gpus = 8;
+  int max_gpus = 512;
+  TrainingConfig training;
+  GrpoConfig grpo;  // episodes and seed are taken from the fields above
+};
+
+struct TrainReport {
+  std::vector<GrpoIteration> curve;
+  double initial_greedy_reward = 0;  // mean greedy return before training
+  double final_greedy_reward = 0;    // and after, over all compositions
+  int compositions = 0;
+  int excluded = 0;  // suite compositions the generator avoided
+  double wall_s = 0;
+};
+
+// Trains and writes options.out (+ .json metadata) and the curve CSV;
+// progress lines go to `progress`. Errors: NotFound for an unknown model,
+// GPU type or missing scenario directory; InvalidArgument for bad options
+// (empty out, compositions < 1, ...); the generator's and trainer's errors.
+absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& options,
+                                        std::ostream& progress);
+
+// Adds `train` with its flags to `app`; the returned subcommand is parsed
+// when `*returned` is true after parsing.
+CLI::App* AddTrainCommand(CLI::App* app, TrainOptions* options);
+// Runs TrainPolicy and prints the summary; returns the process exit code
+// (0 ok, 2 bad input, 1 internal).
+int RunTrainCommand(const TrainOptions& options, std::ostream& out,
+                    std::ostream& err);
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_POLICY_TRAIN_COMMAND_H_

@@ -1,0 +1,87 @@
+// GRPO training: config validation, determinism for a seed, and a few
+// updates on a fixed toy composition raise the policy's mean return.
+#include "planner_service/policy/grpo_trainer.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test/policy/policy_test_fixture.h"
+
+namespace arachne {
+namespace {
+
+using ::testing::HasSubstr;
+
+GrpoConfig SmallConfig() {
+  GrpoConfig c;
+  c.episodes = 8 * 2 * 40;  // 40 iterations of 2 groups of 8
+  c.seed = 7;
+  c.group_size = 8;
+  c.batch_compositions = 2;
+  c.learning_rate = 1e-2;
+  c.ppo_epochs = 4;
+  c.network = {.hidden = 32, .layers = 2, .head_hidden = 16, .film_hidden = 8};
+  return c;
+}
+
+TEST(GrpoTrainerTest, RejectsBadConfig) {
+  testing::ToyComposition toy;
+  GrpoConfig c = SmallConfig();
+  c.group_size = 1;
+  auto t = GrpoTrainer::Create(c, {&toy.cost_model()});
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(t.status().message(), HasSubstr("group_size (>= 2) is out of "
+                                              "range, got 1"));
+  auto none = GrpoTrainer::Create(SmallConfig(), {});
+  EXPECT_THAT(none.status().message(), HasSubstr("no training compositions"));
+}
+
+// Two toy compositions (PCGrad has two gradients to reconcile): after 12
+// iterations the mean return of 64 sampled rollouts per composition, same
+// draws before and after, rises by a clear margin.
+TEST(GrpoTrainerTest, UpdatesRaiseTheMeanReward) {
+  testing::ToyComposition a;
+  testing::ToyComposition b({{testing::kFast, 2},
+                             {testing::kFast, 2},
+                             {testing::kSlow, 4},
+                             {testing::kSlow, 4},
+                             {testing::kSlow, 4}});
+  auto trainer =
+      GrpoTrainer::Create(SmallConfig(), {&a.cost_model(), &b.cost_model()});
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const double before = (*trainer)->SampledReward(64, /*seed=*/99);
+  const std::vector<GrpoIteration> curve = (*trainer)->Train();
+  const double after = (*trainer)->SampledReward(64, /*seed=*/99);
+  RecordProperty("before", std::to_string(before));
+  RecordProperty("after", std::to_string(after));
+  ASSERT_EQ(curve.size(), 40u);
+  EXPECT_EQ((*trainer)->episodes(), 640);
+  EXPECT_EQ(curve.back().episodes, 640);
+  // The forced-depth probability decays from 0.8 towards 0.25.
+  EXPECT_DOUBLE_EQ(curve.front().forced_probability, 0.8);
+  EXPECT_LT(curve.back().forced_probability, 0.35);
+  // Measured: 0.2995 -> 0.4588 (greedy 0.41 -> 0.50; the best plan any
+  // rollout found is 0.64).
+  EXPECT_NEAR(before, 0.2995, 0.001);
+  EXPECT_GT(after, before + 0.1) << "before " << before << " after " << after;
+}
+
+TEST(GrpoTrainerTest, DeterministicForASeed) {
+  testing::ToyComposition toy;
+  GrpoConfig c = SmallConfig();
+  c.episodes = 32;
+  c.batch_compositions = 1;
+  auto x = GrpoTrainer::Create(c, {&toy.cost_model()});
+  auto y = GrpoTrainer::Create(c, {&toy.cost_model()});
+  ASSERT_TRUE(x.ok() && y.ok());
+  const auto cx = (*x)->Train();
+  const auto cy = (*y)->Train();
+  ASSERT_EQ(cx.size(), cy.size());
+  for (size_t i = 0; i < cx.size(); ++i) {
+    EXPECT_EQ(cx[i].mean_reward, cy[i].mean_reward);
+    EXPECT_EQ(cx[i].loss, cy[i].loss);
+  }
+  EXPECT_EQ((*x)->SampledReward(8, 1), (*y)->SampledReward(8, 1));
+}
+
+}  // namespace
+}  // namespace arachne

@@ -1,0 +1,187 @@
+// The learned planner: valid plans, determinism for a seed, and the errors
+// when no policy is available (no factory, no checkpoint, a checkpoint for
+// another profile set), which name the model and the fallback planner.
+#include "planner_service/core/learned_planner.h"
+
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner_service/core/plan_validation.h"
+#include "planner_service/policy/checkpoint.h"
+#include "planner_service/policy/policy_network.h"
+#include "planner_service/policy/torch_policy.h"
+#include "planner_service/io/data_files.h"
+#include "test/policy/policy_test_fixture.h"
+
+namespace arachne {
+namespace {
+
+using ::testing::HasSubstr;
+
+PolicyModelFactory FixedNetwork(uint64_t seed) {
+  return [seed](const CostModel&)
+             -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
+    auto net = PolicyNetwork::Create({.hidden = 32, .head_hidden = 16}, seed);
+    if (!net.ok()) return net.status();
+    return std::unique_ptr<PolicyModel>(*std::move(net));
+  };
+}
+
+PlannerOptions Options(uint64_t seed) {
+  PlannerOptions o;
+  o.seed = seed;
+  o.budget = absl::Seconds(30);
+  return o;
+}
+
+TEST(LearnedPlannerTest, ReturnsAValidPlanDeterministicForASeed) {
+  testing::ToyComposition toy;
+  LearnedPlanner planner({.sampled_rollouts = 8}, FixedNetwork(3));
+  EXPECT_EQ(planner.name(), "learned");
+  auto a = planner.Run(toy.cost_model(), Options(5));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->planner, "learned");
+  EXPECT_TRUE(ValidatePlan(a->plan, toy.cost_model()).ok());
+  EXPECT_GT(a->stats.evaluations, 0);
+  EXPECT_FALSE(a->stats.progress.empty());
+  auto b = planner.Run(toy.cost_model(), Options(5));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(a->prediction.iteration_time_s, b->prediction.iteration_time_s);
+  EXPECT_EQ(a->stats.evaluations, b->stats.evaluations);
+  ASSERT_EQ(a->plan.templates.size(), b->plan.templates.size());
+  for (size_t t = 0; t < a->plan.templates.size(); ++t) {
+    EXPECT_EQ(a->plan.templates[t].replicas, b->plan.templates[t].replicas);
+    ASSERT_EQ(a->plan.templates[t].stages.size(),
+              b->plan.templates[t].stages.size());
+    for (size_t s = 0; s < a->plan.templates[t].stages.size(); ++s) {
+      EXPECT_EQ(a->plan.templates[t].stages[s].gpu_type,
+                b->plan.templates[t].stages[s].gpu_type);
+      EXPECT_EQ(a->plan.templates[t].stages[s].tp,
+                b->plan.templates[t].stages[s].tp);
+    }
+  }
+}
+
+// More sampled rollouts never give a worse plan: the greedy one and the
+// first samples are the same draws.
+TEST(LearnedPlannerTest, MoreRolloutsNeverHurt) {
+  testing::ToyComposition toy;
+  LearnedPlanner greedy({.sampled_rollouts = 0}, FixedNetwork(4));
+  LearnedPlanner many({.sampled_rollouts = 16}, FixedNetwork(4));
+  auto g = greedy.Run(toy.cost_model(), Options(1));
+  auto m = many.Run(toy.cost_model(), Options(1));
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_LE(m->prediction.iteration_time_s, g->prediction.iteration_time_s);
+  EXPECT_GT(m->stats.evaluations, g->stats.evaluations);
+}
+
+TEST(LearnedPlannerTest, WithoutAFactoryFailsNamingModelAndFallback) {
+  testing::ToyComposition toy;
+  RegisterLearnedPolicyFactory(nullptr);
+  EXPECT_FALSE(HasLearnedPolicyFactory());
+  LearnedPlanner planner;
+  auto r = planner.Run(toy.cost_model(), Options(1));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("learned planner: no policy for model \"toy\": this "
+                        "build has no policy support"));
+  EXPECT_THAT(r.status().message(), HasSubstr("plan with --planner exact"));
+}
+
+TEST(LearnedPlannerTest, RejectsNegativeRolloutCount) {
+  testing::ToyComposition toy;
+  LearnedPlanner planner({.sampled_rollouts = -1}, FixedNetwork(1));
+  auto r = planner.Run(toy.cost_model(), Options(1));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("sampled_rollouts must be >= 0"));
+}
+
+class TorchPolicyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { RegisterLearnedPolicyFactory(nullptr); }
+  // A checkpoint for model "toy" with the fingerprint of the toy catalog and
+  // the built-in calibration (or `fingerprint` when given).
+  void WriteToyCheckpoint(const std::string& name,
+                          std::string fingerprint = "") {
+    auto net = PolicyNetwork::Create({.hidden = 32, .head_hidden = 16}, 2);
+    ASSERT_TRUE(net.ok());
+    auto calibration = ReadDataFile("calibration.json", "");
+    ASSERT_TRUE(calibration.ok());
+    PolicyCheckpointInfo info;
+    info.model = name;
+    info.profile_name = name;
+    info.profile_fingerprint =
+        fingerprint.empty()
+            ? ProfileSetFingerprint(testing::ToyCatalog(), name, *calibration)
+            : fingerprint;
+    ASSERT_TRUE(
+        SavePolicyCheckpoint(**net, info, (dir_ / (name + ".pt")).string())
+            .ok());
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(TorchPolicyTest, NoCheckpointFailsNamingThePathAndFallback) {
+  testing::ToyComposition toy;
+  RegisterTorchPolicy({.policies_dir = dir_.string()});
+  EXPECT_TRUE(HasLearnedPolicyFactory());
+  LearnedPlanner planner;
+  auto r = planner.Run(toy.cost_model(), Options(1));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("learned planner: no policy for model \"toy\": " +
+                        (dir_ / "toy.pt").string() + " does not exist"));
+  EXPECT_THAT(r.status().message(), HasSubstr("plan with --planner exact"));
+}
+
+TEST_F(TorchPolicyTest, PlansWithTheModelsCheckpoint) {
+  testing::ToyComposition toy;
+  WriteToyCheckpoint("toy");
+  RegisterTorchPolicy({.policies_dir = dir_.string()});
+  LearnedPlanner planner({.sampled_rollouts = 4});
+  auto r = planner.Run(toy.cost_model(), Options(1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(ValidatePlan(r->plan, toy.cost_model()).ok());
+}
+
+TEST_F(TorchPolicyTest, UsesTheDeclaredRelativesCheckpoint) {
+  GpuCatalog catalog = testing::ToyCatalog();
+  ProfileStore profiles = testing::ToyProfiles();
+  Cluster cluster = testing::MakeCluster(
+      catalog, {{testing::kFast, 4}, {testing::kSlow, 4}});
+  ModelSpec model = testing::ToyModel();
+  model.name = "toy-deep";
+  model.profile_name = "toy";
+  model.policy_relative = "toy";
+  auto cm = CostModel::Create(catalog, model, testing::ToyTraining(), cluster,
+                              profiles);
+  ASSERT_TRUE(cm.ok()) << cm.status();
+  WriteToyCheckpoint("toy");
+  RegisterTorchPolicy({.policies_dir = dir_.string()});
+  auto r = LearnedPlanner({.sampled_rollouts = 2}).Run(*cm, Options(1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(ValidatePlan(r->plan, *cm).ok());
+}
+
+TEST_F(TorchPolicyTest, RefusesACheckpointOfAnotherProfileSet) {
+  testing::ToyComposition toy;
+  WriteToyCheckpoint("toy", "ffffffffffffffff");
+  RegisterTorchPolicy({.policies_dir = dir_.string()});
+  auto r = LearnedPlanner().Run(toy.cost_model(), Options(1));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("trained on another profile set (profile fingerprint "
+                        "ffffffffffffffff"));
+  EXPECT_THAT(r.status().message(), HasSubstr("plan with --planner exact"));
+}
+
+}  // namespace
+}  // namespace arachne
