@@ -451,6 +451,7 @@ GrpoIteration GrpoTrainer::RunIteration() {
     }
     torch::nn::utils::clip_grad_norm_(params, cfg.max_grad_norm);
     s.optimizer->step();
+    s.network->SyncInference();
   }
   it.loss = loss_sum / std::max<size_t>(1, batch.size() * cfg.ppo_epochs);
   it.elapsed_s = std::chrono::duration<double>(

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -104,8 +105,6 @@ PolicyNetwork::Module::Module(const PolicyNetworkConfig& c) : config(c) {
 torch::Tensor PolicyNetwork::Module::LogProbabilities(
     int head, const torch::Tensor& state, const torch::Tensor& candidates,
     const torch::Tensor& legal) {
-  const int64_t n = state.size(0);
-  const int64_t rows = candidates.size(1);
   const torch::Tensor summary =
       state.narrow(1, kEnvSummaryOffset, kEnvSummarySize);
   const torch::Tensor film = film_out(torch::relu(film_in(summary)));
@@ -122,10 +121,15 @@ torch::Tensor PolicyNetwork::Module::LogProbabilities(
       film.narrow(1, at, config.head_hidden).unsqueeze(1);
   const torch::Tensor shift =
       film.narrow(1, at + config.head_hidden, config.head_hidden).unsqueeze(1);
-  const torch::Tensor joined = torch::cat(
-      {x.unsqueeze(1).expand({n, rows, config.hidden}), candidates}, 2);
-  const torch::Tensor hidden =
-      torch::relu(head_in[head](joined) * (1 + scale) + shift);
+  // head_in over [backbone, candidate] as two products: the backbone part
+  // once per decision, not once per candidate (the same parameters).
+  const torch::Tensor& w = head_in[head]->weight;
+  const torch::Tensor base = torch::nn::functional::linear(
+      x, w.narrow(1, 0, config.hidden), head_in[head]->bias);
+  const torch::Tensor per_candidate = torch::nn::functional::linear(
+      candidates, w.narrow(1, config.hidden, kHeadFeatures[head]));
+  const torch::Tensor hidden = torch::relu(
+      (base.unsqueeze(1) + per_candidate) * (1 + scale) + shift);
   const torch::Tensor logits =
       head_out[head](hidden).squeeze(2).masked_fill(legal.logical_not(),
                                                     kMaskedLogit);
@@ -148,7 +152,10 @@ absl::StatusOr<std::unique_ptr<PolicyNetwork>> PolicyNetwork::Create(
     return s;
   torch::manual_seed(seed);
   auto module = std::make_shared<Module>(config);
-  return std::unique_ptr<PolicyNetwork>(new PolicyNetwork(config, module));
+  auto network =
+      std::unique_ptr<PolicyNetwork>(new PolicyNetwork(config, module));
+  network->SyncInference();
+  return network;
 }
 
 int64_t PolicyNetwork::ParameterCount() const {
@@ -157,7 +164,7 @@ int64_t PolicyNetwork::ParameterCount() const {
   return n;
 }
 
-std::vector<float> PolicyNetwork::Logits(const ConstructionEnv& env) {
+std::vector<float> PolicyNetwork::TorchLogits(const ConstructionEnv& env) {
   CHECK(!env.done());
   torch::InferenceMode guard;
   const int head = HeadIndex(env.head());
@@ -176,12 +183,120 @@ std::vector<float> PolicyNetwork::Logits(const ConstructionEnv& env) {
                        torch::kUInt8)
           .to(torch::kBool);
   const torch::Tensor lp = module_->LogProbabilities(head, s, c, legal);
-  // Log-softmax differs from the logits by a constant per decision; the
-  // masked entries keep their sentinel so callers can see them.
   std::vector<float> out(rows);
   const float* p = lp.data_ptr<float>();
   for (int a = 0; a < rows; ++a) out[a] = mask[a] ? p[a] : kMaskedLogit;
   return out;
+}
+
+namespace {
+
+// y[o] = b[o] + sum_i W[o][i] x[i] for the rows [first, first + count).
+void Affine(const std::vector<float>& w, const std::vector<float>& b, int in,
+            const float* x, int first, int count, float* y) {
+  for (int o = 0; o < count; ++o) {
+    const float* row = w.data() + static_cast<size_t>(first + o) * in;
+    float acc = b[first + o];
+    for (int i = 0; i < in; ++i) acc += row[i] * x[i];
+    y[o] = acc;
+  }
+}
+
+}  // namespace
+
+void PolicyNetwork::SyncInference() {
+  torch::NoGradGuard no_grad;
+  auto copy = [](const torch::nn::Linear& from, DenseLayer* to) {
+    const torch::Tensor w = from->weight.detach().contiguous();
+    const torch::Tensor b = from->bias.detach().contiguous();
+    to->out = static_cast<int>(w.size(0));
+    to->in = static_cast<int>(w.size(1));
+    to->weight.assign(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
+    to->bias.assign(b.data_ptr<float>(), b.data_ptr<float>() + b.numel());
+  };
+  copy(module_->film_in, &film_in_);
+  copy(module_->film_out, &film_out_);
+  backbone_.resize(module_->backbone.size());
+  for (size_t l = 0; l < backbone_.size(); ++l)
+    copy(module_->backbone[l], &backbone_[l]);
+  for (int h = 0; h < 3; ++h) {
+    copy(module_->head_in[h], &head_in_[h]);
+    copy(module_->head_out[h], &head_out_[h]);
+  }
+}
+
+std::vector<float> PolicyNetwork::Logits(const ConstructionEnv& env) const {
+  CHECK(!env.done());
+  const int head = HeadIndex(env.head());
+  const int rows = Slots(head);
+  const int hidden = config_.hidden, head_hidden = config_.head_hidden;
+  std::vector<float> candidates;
+  const int features = HeadCandidates(env, &candidates);
+  absl::Span<const uint8_t> mask = env.LegalMask();
+  absl::Span<const float> state = env.State();
+
+  // FiLM: only the slices this decision uses (the backbone's and the
+  // acting head's).
+  std::vector<float> film_hidden(config_.film_hidden);
+  Affine(film_in_.weight, film_in_.bias, kEnvSummarySize,
+         state.data() + kEnvSummaryOffset, 0, config_.film_hidden,
+         film_hidden.data());
+  for (float& v : film_hidden) v = std::max(v, 0.0f);
+  const int backbone_film = 2 * hidden * config_.layers;
+  std::vector<float> film(backbone_film + 2 * head_hidden);
+  Affine(film_out_.weight, film_out_.bias, config_.film_hidden,
+         film_hidden.data(), 0, backbone_film, film.data());
+  Affine(film_out_.weight, film_out_.bias, config_.film_hidden,
+         film_hidden.data(), backbone_film + 2 * head_hidden * head,
+         2 * head_hidden, film.data() + backbone_film);
+
+  std::vector<float> x(state.begin(), state.end()), y(hidden);
+  for (int l = 0; l < config_.layers; ++l) {
+    const DenseLayer& layer = backbone_[l];
+    Affine(layer.weight, layer.bias, layer.in, x.data(), 0, hidden, y.data());
+    const float* scale = film.data() + 2 * hidden * l;
+    const float* shift = scale + hidden;
+    for (int i = 0; i < hidden; ++i)
+      y[i] = std::max(y[i] * (1 + scale[i]) + shift[i], 0.0f);
+    x.assign(y.begin(), y.end());
+  }
+
+  // head_in over [backbone, candidate]: the backbone part is shared by the
+  // candidates, so it is computed once.
+  const DenseLayer& in = head_in_[head];
+  const DenseLayer& out = head_out_[head];
+  std::vector<float> base(head_hidden);
+  for (int o = 0; o < head_hidden; ++o) {
+    const float* row = in.weight.data() + static_cast<size_t>(o) * in.in;
+    float acc = in.bias[o];
+    for (int i = 0; i < hidden; ++i) acc += row[i] * x[i];
+    base[o] = acc;
+  }
+  const float* scale = film.data() + backbone_film;
+  const float* shift = scale + head_hidden;
+  std::vector<float> logits(rows, kMaskedLogit);
+  float top = kMaskedLogit;
+  for (int r = 0; r < rows; ++r) {
+    if (!mask[r]) continue;
+    const float* c = candidates.data() + r * features;
+    float logit = out.bias[0];
+    for (int o = 0; o < head_hidden; ++o) {
+      const float* row =
+          in.weight.data() + static_cast<size_t>(o) * in.in + hidden;
+      float acc = base[o];
+      for (int f = 0; f < features; ++f) acc += row[f] * c[f];
+      logit += out.weight[o] * std::max(acc * (1 + scale[o]) + shift[o], 0.0f);
+    }
+    logits[r] = logit;
+    top = std::max(top, logit);
+  }
+  double sum = 0;
+  for (int r = 0; r < rows; ++r)
+    if (mask[r]) sum += std::exp(static_cast<double>(logits[r] - top));
+  const float log_sum = top + static_cast<float>(std::log(sum));
+  for (int r = 0; r < rows; ++r)
+    if (mask[r]) logits[r] -= log_sum;
+  return logits;
 }
 
 void PolicyNetwork::ActionProbabilities(const ConstructionEnv& env,
@@ -199,6 +314,7 @@ void PolicyNetwork::CopyFrom(const PolicyNetwork& other) {
   auto src = other.module_->parameters();
   CHECK_EQ(dst.size(), src.size());
   for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+  SyncInference();
 }
 
 absl::Status SavePolicyCheckpoint(const PolicyNetwork& network,
@@ -255,6 +371,7 @@ absl::StatusOr<LoadedPolicy> LoadPolicyCheckpoint(const std::string& path) {
         PolicyNetwork::Create(info->network, /*seed=*/0);
     if (!network.ok()) return absl::DataLossError(network.status().message());
     (*network)->module().load(archive);
+    (*network)->SyncInference();
     loaded.info = *std::move(info);
     loaded.network = *std::move(network);
   } catch (const c10::Error& e) {

@@ -16,6 +16,7 @@
 #ifndef ARACHNE_PLANNER_SERVICE_POLICY_POLICY_NETWORK_H_
 #define ARACHNE_PLANNER_SERVICE_POLICY_POLICY_NETWORK_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -65,12 +66,20 @@ class PolicyNetwork : public PolicyModel {
   const PolicyNetworkConfig& config() const { return config_; }
   int64_t ParameterCount() const;
 
-  // PolicyModel: softmax over the acting head's masked logits. Runs without
-  // autograd; one decision costs a few tens of microseconds on one core.
+  // PolicyModel: softmax over the acting head's masked logits.
   void ActionProbabilities(const ConstructionEnv& env,
                            absl::Span<float> probabilities) override;
-  // The masked logits of the acting head (kMaskedLogit where illegal).
-  std::vector<float> Logits(const ConstructionEnv& env);
+  // Log-probabilities of the acting head's actions (kMaskedLogit where
+  // illegal), computed on a plain float copy of the weights (the inference
+  // snapshot): LibTorch's per-operator overhead would make one decision
+  // ~10x slower. The snapshot is taken by Create, the checkpoint loader,
+  // CopyFrom and SyncInference.
+  std::vector<float> Logits(const ConstructionEnv& env) const;
+  // The same through the LibTorch module (for tests of the snapshot).
+  std::vector<float> TorchLogits(const ConstructionEnv& env);
+  // Refreshes the inference snapshot from the module's parameters; the
+  // trainer calls it after every optimizer step.
+  void SyncInference();
 
   // Copies every parameter of `other` (same config) into this network.
   void CopyFrom(const PolicyNetwork& other);
@@ -82,8 +91,17 @@ class PolicyNetwork : public PolicyModel {
  private:
   PolicyNetwork(const PolicyNetworkConfig& config,
                 std::shared_ptr<Module> module);
+  // A dense layer's weights in row-major [out][in] order, as LibTorch
+  // stores them.
+  struct DenseLayer {
+    int in = 0, out = 0;
+    std::vector<float> weight, bias;
+  };
   PolicyNetworkConfig config_;
   std::shared_ptr<Module> module_;
+  DenseLayer film_in_, film_out_;
+  std::vector<DenseLayer> backbone_;
+  std::array<DenseLayer, 3> head_in_, head_out_;
 };
 
 }  // namespace arachne
