@@ -13,6 +13,8 @@
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/planning_context.h"
 #include "planner_service/io/scenario_io.h"
+#include "planner_service/core/learned_planner.h"
+#include "planner_service/core/planners.h"
 #include "planner_service/policy/checkpoint.h"
 
 #ifndef ARACHNE_SOURCE_SCENARIOS_DIR
@@ -34,7 +36,129 @@ std::string Bar(double fraction) {
   return std::string(filled, '#') + std::string(20 - filled, '.');
 }
 
+// The loaded network as the planner core's PolicyModel.
+class BorrowedPolicy : public PolicyModel {
+ public:
+  explicit BorrowedPolicy(PolicyNetwork* network) : network_(network) {}
+  void ActionProbabilities(const ConstructionEnv& env,
+                           absl::Span<float> probabilities) override {
+    network_->ActionProbabilities(env, probabilities);
+  }
+
+ private:
+  PolicyNetwork* network_;
+};
+
 }  // namespace
+
+absl::StatusOr<std::vector<PolicyEvaluationRow>> EvaluatePolicy(
+    const TrainOptions& o, std::ostream& out) {
+  absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(o.profiles_dir);
+  if (!catalog.ok()) return catalog.status();
+  absl::StatusOr<LoadedPolicy> policy = LoadPolicyCheckpoint(o.evaluate);
+  if (!policy.ok()) return policy.status();
+  absl::StatusOr<std::string> calibration =
+      ReadDataFile("calibration.json", o.profiles_dir);
+  if (!calibration.ok()) return calibration.status();
+  if (absl::Status fits = CheckCheckpointFits(
+          policy->info, o.model,
+          ProfileSetFingerprint(*catalog, policy->info.profile_name,
+                                *calibration),
+          o.evaluate);
+      !fits.ok())
+    return fits;
+  const std::string suite_dir = o.exclude_scenarios.empty()
+                                    ? ARACHNE_SOURCE_SCENARIOS_DIR
+                                    : o.exclude_scenarios;
+  absl::StatusOr<std::vector<Scenario>> suite =
+      LoadScenarioSuite(suite_dir, {}, *catalog, o.profiles_dir);
+  if (!suite.ok()) return suite.status();
+  PolicyNetwork* network = policy->network.get();
+  LearnedPlanner learned(
+      {.sampled_rollouts = o.eval_samples,
+       .latency_budget = absl::Seconds(60)},
+      [network](const CostModel&)
+          -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
+        return std::unique_ptr<PolicyModel>(
+            std::make_unique<BorrowedPolicy>(network));
+      });
+  std::vector<std::unique_ptr<Planner>> baselines;
+  for (const std::string& name : o.eval_planners) {
+    absl::StatusOr<std::unique_ptr<Planner>> p = MakePlanner(name);
+    if (!p.ok()) return p.status();
+    baselines.push_back(*std::move(p));
+  }
+  out << absl::StrFormat("%-22s %-26s %5s %12s %9s %7s", "scenario",
+                         "composition", "GPUs", "learned it/s", "learned s",
+                         "evals");
+  for (const std::string& name : o.eval_planners)
+    out << absl::StrFormat(" %12s %7s", name + " it/s", "ratio");
+  out << "\n";
+  std::vector<PolicyEvaluationRow> rows;
+  for (const Scenario& scenario : *suite) {
+    if (scenario.model_spec.name != o.model) continue;
+    for (const Composition& composition : scenario.compositions) {
+      absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
+          PlanningContext::Create(*catalog, scenario.model_spec,
+                                  scenario.training, composition.cluster,
+                                  o.profiles_dir);
+      if (!ctx.ok()) return ctx.status();
+      PolicyEvaluationRow row;
+      row.scenario = scenario.name;
+      row.composition = composition.label;
+      row.gpus = composition.cluster.total_gpus();
+      PlannerOptions options;
+      options.seed = o.seed;
+      absl::StatusOr<PlanResult> r =
+          learned.Run((*ctx)->cost_model(), options);
+      if (r.ok()) {
+        row.learned_throughput = 1.0 / r->prediction.iteration_time_s;
+        row.learned_wall_s = r->stats.wall_s;
+        row.learned_evaluations = r->stats.evaluations;
+      }
+      out << absl::StrFormat("%-22s %-26s %5d %12.4f %9.3f %7d", row.scenario,
+                             row.composition, row.gpus,
+                             row.learned_throughput, row.learned_wall_s,
+                             row.learned_evaluations);
+      for (auto& baseline : baselines) {
+        PlannerOptions b = options;
+        b.budget = absl::Seconds(o.eval_budget_s);
+        absl::StatusOr<PlanResult> br = baseline->Run((*ctx)->cost_model(), b);
+        const double thr =
+            br.ok() ? 1.0 / br->prediction.iteration_time_s : 0.0;
+        row.baseline_throughput.push_back(thr);
+        row.baseline_wall_s.push_back(br.ok() ? br->stats.wall_s : 0.0);
+        out << absl::StrFormat(" %12.4f %7.3f", thr,
+                               thr > 0 ? row.learned_throughput / thr : 0.0);
+      }
+      out << "\n";
+      out.flush();
+      rows.push_back(std::move(row));
+    }
+  }
+  if (!o.eval_out.empty()) {
+    std::ofstream csv(o.eval_out);
+    csv << "scenario,composition,gpus,learned_throughput,learned_wall_s,"
+           "learned_evaluations";
+    for (const std::string& name : o.eval_planners)
+      csv << "," << name << "_throughput," << name << "_wall_s";
+    csv << "\n";
+    for (const PolicyEvaluationRow& row : rows) {
+      csv << absl::StrFormat("%s,\"%s\",%d,%.6f,%.4f,%d", row.scenario,
+                             row.composition, row.gpus, row.learned_throughput,
+                             row.learned_wall_s, row.learned_evaluations);
+      for (size_t i = 0; i < row.baseline_throughput.size(); ++i)
+        csv << absl::StrFormat(",%.6f,%.4f", row.baseline_throughput[i],
+                               row.baseline_wall_s[i]);
+      csv << "\n";
+    }
+    if (!csv.good()) {
+      return absl::InternalError(
+          absl::StrCat("train --evaluate: cannot write ", o.eval_out));
+    }
+  }
+  return rows;
+}
 
 absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& o,
                                         std::ostream& progress) {
@@ -188,7 +312,7 @@ CLI::App* AddTrainCommand(CLI::App* app, TrainOptions* o) {
   train->add_option("--time-limit", o->time_limit_s,
                     "stop after this many seconds (0: none)")
       ->capture_default_str();
-  train->add_option("--out", o->out, "checkpoint file (.pt)")->required();
+  train->add_option("--out", o->out, "checkpoint file (.pt)");
   train->add_option("--curve", o->curve,
                     "training-curve CSV (default: <out>.curve.csv)");
   train->add_option("--profiles-dir", o->profiles_dir,
@@ -204,11 +328,41 @@ CLI::App* AddTrainCommand(CLI::App* app, TrainOptions* o) {
       ->capture_default_str();
   train->add_option("--group-size", o->grpo.group_size, "rollouts per group")
       ->capture_default_str();
+  train->add_option("--evaluate", o->evaluate,
+                    "instead of training: plan the suite's compositions of "
+                    "--model with this checkpoint and compare");
+  train->add_option("--eval-planners", o->eval_planners,
+                    "baselines for --evaluate")
+      ->delimiter(',')
+      ->capture_default_str();
+  train->add_option("--eval-budget", o->eval_budget_s,
+                    "budget per baseline run in --evaluate, seconds")
+      ->capture_default_str();
+  train->add_option("--eval-samples", o->eval_samples,
+                    "sampled rollouts of the learned planner in --evaluate")
+      ->capture_default_str();
+  train->add_option("--eval-out", o->eval_out, "CSV of --evaluate");
   return train;
 }
 
 int RunTrainCommand(const TrainOptions& options, std::ostream& out,
                     std::ostream& err) {
+  auto fail = [&err](const absl::Status& s) {
+    err << "error: " << s.message() << "\n";
+    switch (s.code()) {
+      case absl::StatusCode::kInvalidArgument:
+      case absl::StatusCode::kNotFound:
+      case absl::StatusCode::kFailedPrecondition:
+        return 2;
+      default:
+        return 1;
+    }
+  };
+  if (!options.evaluate.empty()) {
+    absl::StatusOr<std::vector<PolicyEvaluationRow>> rows =
+        EvaluatePolicy(options, out);
+    return rows.ok() ? 0 : fail(rows.status());
+  }
   absl::StatusOr<TrainReport> report = TrainPolicy(options, out);
   if (!report.ok()) {
     err << "error: " << report.status().message() << "\n";

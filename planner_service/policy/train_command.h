@@ -37,6 +37,16 @@ struct TrainOptions {
   int max_gpus = 512;
   TrainingConfig training;
   GrpoConfig grpo;  // episodes and seed are taken from the fields above
+
+  // Evaluation instead of training (--evaluate CHECKPOINT): the learned
+  // planner with this checkpoint against `eval_planners` (each under
+  // eval_budget_s) on every composition of the suite's scenarios for
+  // `model`; a table to the output and, when set, a CSV to eval_out.
+  std::string evaluate;
+  std::vector<std::string> eval_planners = {"random"};
+  double eval_budget_s = 5;
+  int eval_samples = 32;  // sampled rollouts of the learned planner
+  std::string eval_out;
 };
 
 struct TrainReport {
@@ -54,6 +64,24 @@ struct TrainReport {
 // (empty out, compositions < 1, ...); the generator's and trainer's errors.
 absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& options,
                                         std::ostream& progress);
+
+// One row of EvaluatePolicy: a suite composition planned by the learned
+// planner and by the baselines (throughput in iterations/s; 0: no plan).
+struct PolicyEvaluationRow {
+  std::string scenario, composition;
+  int gpus = 0;
+  double learned_throughput = 0;
+  double learned_wall_s = 0;
+  int64_t learned_evaluations = 0;
+  std::vector<double> baseline_throughput;  // per options.eval_planners
+  std::vector<double> baseline_wall_s;
+};
+
+// Evaluation mode (options.evaluate): loads the checkpoint (refused as
+// LearnedPlanner's factory would refuse it), plans every suite composition
+// of options.model and writes a table to `out`.
+absl::StatusOr<std::vector<PolicyEvaluationRow>> EvaluatePolicy(
+    const TrainOptions& options, std::ostream& out);
 
 // Adds `train` with its flags to `app`; the returned subcommand is parsed
 // when `*returned` is true after parsing.

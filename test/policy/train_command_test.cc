@@ -1,0 +1,101 @@
+// `arachne train`: a tiny training run writes a checkpoint the learned
+// planner accepts, its metadata and the curve; --evaluate plans the suite's
+// compositions with it; bad options are named.
+#include "planner_service/policy/train_command.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner_service/policy/checkpoint.h"
+
+namespace arachne {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+TEST(TrainCommandTest, TrainsWritesAndEvaluates) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "train_command_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  TrainOptions o;
+  o.model = "llama3-8b";
+  o.compositions = 2;
+  o.episodes = 32;
+  o.max_gpus = 32;
+  o.seed = 3;
+  o.out = (dir / "llama3-8b.pt").string();
+  o.grpo.network = {.hidden = 16, .layers = 1, .head_hidden = 8,
+                    .film_hidden = 4};
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrainCommand(o, out, err), 0) << err.str();
+  EXPECT_THAT(out.str(),
+              HasSubstr("train llama3-8b: 2 compositions (53 suite "
+                        "compositions excluded), 32 episodes"));
+  EXPECT_THAT(out.str(), HasSubstr("episodes 32/32"));
+  EXPECT_THAT(out.str(), HasSubstr("trained llama3-8b in"));
+
+  auto loaded = LoadPolicyCheckpoint(o.out);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->info.model, "llama3-8b");
+  EXPECT_EQ(loaded->info.training.episodes, 32);
+  EXPECT_EQ(loaded->info.training.compositions, 2);
+  EXPECT_EQ(loaded->info.network.hidden, 16);
+  EXPECT_THAT(Slurp((dir / "llama3-8b.json").string()),
+              HasSubstr("\"model\": \"llama3-8b\""));
+  // Header + one row per iteration (2 groups of 8 per iteration).
+  const std::string curve = Slurp((dir / "llama3-8b.curve.csv").string());
+  EXPECT_THAT(curve, HasSubstr("iteration,episodes,elapsed_s,mean_reward,"
+                               "best_reward,greedy_reward,"
+                               "forced_probability,loss\n1,16,"));
+  EXPECT_EQ(std::count(curve.begin(), curve.end(), '\n'), 3);
+
+  // Evaluation: every suite composition of llama3-8b gets a learned plan.
+  TrainOptions e;
+  e.model = "llama3-8b";
+  e.evaluate = o.out;
+  e.eval_planners = {};
+  e.eval_samples = 2;
+  std::ostringstream table;
+  auto rows = EvaluatePolicy(e, table);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_GT(rows->size(), 15u);
+  for (const PolicyEvaluationRow& row : *rows) {
+    EXPECT_GT(row.learned_throughput, 0) << row.scenario << " "
+                                         << row.composition;
+  }
+  // A checkpoint for another model is refused.
+  e.model = "qwen3-32b";
+  auto other = EvaluatePolicy(e, table);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.status().message(),
+              HasSubstr("checkpoint is for model \"llama3-8b\", not "
+                        "\"qwen3-32b\""));
+}
+
+TEST(TrainCommandTest, NamesBadOptions) {
+  TrainOptions o;
+  o.model = "no-such-model";
+  o.out = "/tmp/x.pt";
+  std::ostringstream out, err;
+  EXPECT_EQ(RunTrainCommand(o, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("--model: unknown model \"no-such-model\""));
+  o.model = "llama3-8b";
+  o.out = "";
+  err.str("");
+  EXPECT_EQ(RunTrainCommand(o, out, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("--out must name a file"));
+}
+
+}  // namespace
+}  // namespace arachne
