@@ -98,10 +98,19 @@ struct GrpoTrainer::State {
   std::chrono::steady_clock::time_point start;
   // Replay buffers: [composition][depth] best rollouts, best first.
   std::vector<std::vector<std::vector<Rollout>>> replay;
+  // Per composition, the sil_similar others with the nearest composition
+  // summaries (Euclidean), nearest first.
+  std::vector<std::vector<int>> similar;
 
   std::vector<int> NextBatch();
+  // With `script`, plays its actions instead (all forced-off-policy
+  // decisions are still scored by the policy); *followed is false when an
+  // action of the script is illegal here or the episode ends before or after
+  // the script does.
   Rollout Play(int composition, bool force_depth, bool uniform_types,
-               bool greedy, std::mt19937_64& gen);
+               bool greedy, std::mt19937_64& gen,
+               const std::vector<int>* script = nullptr,
+               bool* followed = nullptr);
   void Remember(int composition, const Rollout& r);
   // Loss of one composition: PPO on `rollouts` plus imitation of `imitate`
   // (weights in Rollout::advantage).
@@ -126,7 +135,10 @@ std::vector<int> GrpoTrainer::State::NextBatch() {
 
 Rollout GrpoTrainer::State::Play(int composition, bool force_depth,
                                  bool uniform_types, bool greedy,
-                                 std::mt19937_64& gen) {
+                                 std::mt19937_64& gen,
+                                 const std::vector<int>* script,
+                                 bool* followed) {
+  if (followed != nullptr) *followed = true;
   ConstructionEnv& env = envs[composition];
   env.Reset();
   Rollout r;
@@ -139,7 +151,17 @@ Rollout GrpoTrainer::State::Play(int composition, bool force_depth,
     absl::Span<const uint8_t> mask = env.LegalMask();
     const bool first_depth = env.head() == EnvHead::kDepth &&
                              env.templates_placed() == 0;
-    if (force_depth && first_depth) {
+    if (script != nullptr) {
+      const size_t i = r.decisions.size();
+      if (i >= script->size() || (*script)[i] < 0 ||
+          (*script)[i] >= static_cast<int>(mask.size()) ||
+          !mask[(*script)[i]]) {
+        *followed = false;
+        return r;
+      }
+      d.action = (*script)[i];
+      d.on_policy = false;
+    } else if (force_depth && first_depth) {
       d.action = env.UniformFeasibleDepth(absl::BitGenRef(gen));
       d.on_policy = false;
     } else if (uniform_types && env.head() == EnvHead::kDevice) {
@@ -174,6 +196,8 @@ Rollout GrpoTrainer::State::Play(int composition, bool force_depth,
     }
   }
   r.reward = env.episode_return();
+  if (script != nullptr && r.decisions.size() != script->size())
+    *followed = false;
   return r;
 }
 
@@ -303,6 +327,8 @@ absl::StatusOr<std::unique_ptr<GrpoTrainer>> GrpoTrainer::Create(
     return bad("sil_interval (>= 1)", config.sil_interval);
   if (config.sil_per_depth < 0)
     return bad("sil_per_depth (>= 0)", config.sil_per_depth);
+  if (config.sil_similar < 0)
+    return bad("sil_similar (>= 0)", config.sil_similar);
   if (compositions.empty()) {
     return absl::InvalidArgumentError(
         "GRPO trainer: no training compositions");
@@ -336,6 +362,23 @@ absl::StatusOr<std::unique_ptr<GrpoTrainer>> GrpoTrainer::Create(
   s->next = s->order.size();  // shuffle on first use
   s->replay.assign(s->envs.size(),
                    std::vector<std::vector<Rollout>>(kEnvMaxDepth + 1));
+  const int n = static_cast<int>(s->envs.size());
+  s->similar.resize(n);
+  for (int c = 0; c < n; ++c) {
+    std::vector<std::pair<double, int>> by_distance;
+    absl::Span<const float> a = s->envs[c].CompositionSummary();
+    for (int o = 0; o < n; ++o) {
+      if (o == c) continue;
+      absl::Span<const float> b = s->envs[o].CompositionSummary();
+      double d2 = 0;
+      for (size_t i = 0; i < a.size(); ++i) d2 += (a[i] - b[i]) * (a[i] - b[i]);
+      by_distance.push_back({d2, o});
+    }
+    std::sort(by_distance.begin(), by_distance.end());
+    for (int k = 0; k < std::min<int>(config.sil_similar, by_distance.size());
+         ++k)
+      s->similar[c].push_back(by_distance[k].second);
+  }
   s->start = std::chrono::steady_clock::now();
   return std::unique_ptr<GrpoTrainer>(new GrpoTrainer(std::move(s)));
 }
@@ -385,14 +428,31 @@ GrpoIteration GrpoTrainer::RunIteration() {
     if (imitation_round) {
       // (R - baseline)+ of self-imitation learning, the group mean as the
       // baseline, in units of the group's spread.
+      const double spread = std::max(sd, 1e-3 * std::abs(mean) + 1e-6);
       for (const auto& buffer : s.replay[c]) {
         for (const Rollout& r : buffer) {
           if (r.reward <= mean) continue;
           Rollout copy = r;
-          copy.advantage = std::min(
-              (r.reward - mean) / std::max(sd, 1e-3 * std::abs(mean) + 1e-6),
-              5.0);
+          copy.advantage = std::min((r.reward - mean) / spread, 5.0);
           imitate[b].push_back(std::move(copy));
+        }
+      }
+      // The best plans of similar compositions: their action sequences
+      // replayed here (the decisions re-scored on this composition's
+      // states), imitated when they are legal here and beat the group.
+      for (int other : s.similar[c]) {
+        for (const auto& buffer : s.replay[other]) {
+          for (const Rollout& r : buffer) {
+            std::vector<int> script;
+            for (const Decision& d : r.decisions) script.push_back(d.action);
+            bool followed = false;
+            Rollout here =
+                s.Play(c, false, false, false, s.rng, &script, &followed);
+            if (!followed || here.reward <= mean) continue;
+            here.advantage = std::min((here.reward - mean) / spread, 5.0);
+            ++it.similar_imitated;
+            imitate[b].push_back(std::move(here));
+          }
         }
       }
     }

@@ -13,7 +13,10 @@
 //    step (template), so deep templates do not earn more bonus;
 //  - self-imitation: per composition and first-template depth, a replay
 //    buffer of the best rollouts; every sil_interval iterations the policy
-//    imitates the buffered rollouts that beat the current group mean;
+//    imitates the buffered rollouts that beat the current group mean, and
+//    those of the sil_similar most similar compositions (nearest
+//    composition summary), replayed action by action on this composition,
+//    when every action is legal here and the replay beats the group mean;
 //  - gradient surgery (PCGrad): each composition's gradient has the
 //    components that conflict with another composition's projected out
 //    before they are summed.
@@ -56,6 +59,9 @@ struct GrpoConfig {
   double sil_coef = 0.5;
   int sil_interval = 2;  // iterations between imitation terms
   int sil_per_depth = 1;  // best rollouts kept per (composition, depth)
+  // Similar compositions (nearest composition summaries) whose buffered
+  // rollouts are replayed and imitated too, when legal and better here.
+  int sil_similar = 1;
   bool pcgrad = true;
   PolicyNetworkConfig network;
   ConstructionEnvConfig env;
@@ -71,6 +77,8 @@ struct GrpoIteration {
   double forced_probability = 0;
   double loss = 0;
   double elapsed_s = 0;
+  // Rollouts of similar compositions imitated in this iteration.
+  int similar_imitated = 0;
 };
 
 class GrpoTrainer {
@@ -79,7 +87,8 @@ class GrpoTrainer {
   // outlive the trainer). InvalidArgument naming the field for a bad config
   // (group_size < 2, batch_compositions < 1, episodes < 1, ppo_epochs < 1,
   // clip <= 0, learning_rate <= 0, probabilities outside [0, 1],
-  // sil_interval < 1, sil_per_depth < 0) or an empty composition list; a
+  // sil_interval < 1, sil_per_depth < 0, sil_similar < 0) or an empty
+  // composition list; a
   // composition's ConstructionEnv::Create error, naming its index.
   static absl::StatusOr<std::unique_ptr<GrpoTrainer>> Create(
       const GrpoConfig& config, std::vector<const CostModel*> compositions);
