@@ -3,6 +3,8 @@
 // (JSON equal but for planning_time_s; the table equal but for its timing
 // line), through a bearer token and, where openssl exists, TLS.
 #include <cstdlib>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -111,7 +113,8 @@ TEST_F(RemoteCliTest, EvaluateJsonEqualsInProcess) {
       Cli(With(PlanArgs(Example("small-8.yaml")), {"--format", "json"}));
   ASSERT_EQ(planned.code, 0) << planned.err;
   const std::string plan_file =
-      (std::filesystem::path(::testing::TempDir()) / "remote_cli_plan.json")
+      (std::filesystem::path(::testing::TempDir()) /
+       ("remote_cli_plan_" + std::to_string(::getpid()) + ".json"))
           .string();
   std::ofstream(plan_file) << planned.out;
   const std::vector<std::string> args = {
@@ -171,7 +174,9 @@ TEST(RemoteCliTlsTest, PlanOverTls) {
     GTEST_SKIP() << "no openssl command to make a certificate";
   }
   const std::string dir =
-      (std::filesystem::path(::testing::TempDir()) / "remote_cli_tls").string();
+      (std::filesystem::path(::testing::TempDir()) /
+       ("remote_cli_tls_" + std::to_string(::getpid())))
+          .string();
   std::filesystem::create_directories(dir);
   const std::string cmd = absl::StrCat(
       "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost",

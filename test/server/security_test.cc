@@ -2,6 +2,8 @@
 // 127.0.0.1:0 and real gRPC clients. Certificates are generated here with
 // the `openssl` command; where it is missing the TLS tests skip.
 #include <cstdlib>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -52,7 +54,10 @@ class SecurityTest : public ::testing::Test {
     ASSERT_TRUE(impl.ok()) << impl.status();
     handler_ = impl->release();
     dir_ = new std::string(
-        (std::filesystem::path(::testing::TempDir()) / "arachne_security")
+        // Per process: ctest runs each test of this suite as its own
+        // process, in parallel, and each removes its directory at the end.
+        (std::filesystem::path(::testing::TempDir()) /
+         ("arachne_security_" + std::to_string(::getpid())))
             .string());
     std::filesystem::create_directories(*dir_);
     have_certs_ = HaveOpenssl() && MakeSelfSigned(*dir_, "server") &&
