@@ -226,9 +226,28 @@ absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& o,
   GrpoConfig grpo = o.grpo;
   grpo.episodes = o.episodes;
   grpo.seed = o.seed;
+  absl::StatusOr<std::string> calibration =
+      ReadDataFile("calibration.json", o.profiles_dir);
+  if (!calibration.ok()) return calibration.status();
+  const std::string profile_name =
+      model->profile_name.empty() ? model->name : model->profile_name;
+  const std::string fingerprint =
+      ProfileSetFingerprint(*catalog, profile_name, *calibration);
+  std::unique_ptr<PolicyNetwork> init;
+  if (!o.init.empty()) {
+    absl::StatusOr<LoadedPolicy> loaded = LoadPolicyCheckpoint(o.init);
+    if (!loaded.ok()) return loaded.status();
+    if (absl::Status fits =
+            CheckCheckpointFits(loaded->info, model->name, fingerprint, o.init);
+        !fits.ok())
+      return fits;
+    grpo.network = loaded->info.network;
+    init = std::move(loaded->network);
+  }
   absl::StatusOr<std::unique_ptr<GrpoTrainer>> trainer =
       GrpoTrainer::Create(grpo, cost_models);
   if (!trainer.ok()) return trainer.status();
+  if (init != nullptr) (*trainer)->network().CopyFrom(*init);
 
   TrainReport report;
   report.compositions = static_cast<int>(cost_models.size());
@@ -264,15 +283,10 @@ absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& o,
   report.final_greedy_reward = (*trainer)->GreedyReward();
   report.wall_s = elapsed();
 
-  absl::StatusOr<std::string> calibration =
-      ReadDataFile("calibration.json", o.profiles_dir);
-  if (!calibration.ok()) return calibration.status();
   PolicyCheckpointInfo info;
   info.model = model->name;
-  info.profile_name =
-      model->profile_name.empty() ? model->name : model->profile_name;
-  info.profile_fingerprint =
-      ProfileSetFingerprint(*catalog, info.profile_name, *calibration);
+  info.profile_name = profile_name;
+  info.profile_fingerprint = fingerprint;
   info.training.episodes = (*trainer)->episodes();
   info.training.compositions = report.compositions;
   info.training.seed = o.seed;
@@ -313,6 +327,11 @@ CLI::App* AddTrainCommand(CLI::App* app, TrainOptions* o) {
                     "stop after this many seconds (0: none)")
       ->capture_default_str();
   train->add_option("--out", o->out, "checkpoint file (.pt)");
+  train->add_option("--init", o->init,
+                    "start from this checkpoint's weights");
+  train->add_option("--forced-depth-start", o->grpo.forced_depth_start,
+                    "forced-depth probability at the start (decays to 0.25)")
+      ->capture_default_str();
   train->add_option("--curve", o->curve,
                     "training-curve CSV (default: <out>.curve.csv)");
   train->add_option("--profiles-dir", o->profiles_dir,

@@ -25,6 +25,9 @@ struct TrainOptions {
   // crosses it.
   double time_limit_s = 0;
   std::string out;        // checkpoint path (*.pt)
+  // Start from this checkpoint's weights (same model and profile set)
+  // instead of a fresh network; its sizes replace grpo.network.
+  std::string init;
   std::string curve;      // training-curve CSV ("": <out>.curve.csv)
   std::string profiles_dir;  // "" = built-in data
   // Scenario suite whose compositions training must never see ("": the
@@ -45,7 +48,7 @@ struct TrainOptions {
   std::string evaluate;
   std::vector<std::string> eval_planners = {"random"};
   double eval_budget_s = 5;
-  int eval_samples = 32;  // sampled rollouts of the learned planner
+  int eval_samples = 256;  // sampled rollouts of the learned planner
   std::string eval_out;
 };
 

@@ -60,6 +60,22 @@ TEST(TrainCommandTest, TrainsWritesAndEvaluates) {
                                "forced_probability,loss\n1,16,"));
   EXPECT_EQ(std::count(curve.begin(), curve.end(), '\n'), 3);
 
+  // Continuing from the checkpoint starts from its weights: the greedy
+  // return before is the first run's greedy return after.
+  const std::string first = out.str();
+  const size_t at = first.find("greedy reward ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string after_first =
+      first.substr(first.find("-> ", at) + 3, 6);  // e.g. "0.3117"
+  TrainOptions c = o;
+  c.init = o.out;
+  c.out = (dir / "continued.pt").string();
+  c.grpo.network = {};  // replaced by the checkpoint's sizes
+  std::ostringstream out2;
+  ASSERT_EQ(RunTrainCommand(c, out2, err), 0) << err.str();
+  EXPECT_THAT(out2.str(), HasSubstr("greedy reward before " + after_first))
+      << first << out2.str();
+
   // Evaluation: every suite composition of llama3-8b gets a learned plan.
   TrainOptions e;
   e.model = "llama3-8b";
