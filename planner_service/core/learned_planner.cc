@@ -108,8 +108,11 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
   std::array<float, kMaxActions> probabilities{};
   int64_t counted = env->evaluations();
   for (int rollout = 0; rollout <= config_.sampled_rollouts; ++rollout) {
-    // The greedy rollout (0) always runs so a tight budget still plans.
-    if (rollout > 0 && tracker.OutOfBudget()) break;
+    // The greedy rollout (0) runs whatever the budget so a tight budget
+    // still plans; a cancelled run stops before it, as every planner does.
+    const bool cancelled =
+        options.cancelled != nullptr && options.cancelled->load();
+    if ((rollout > 0 || cancelled) && tracker.OutOfBudget()) break;
     env->Reset();
     while (!env->done()) {
       const int actions = static_cast<int>(env->LegalMask().size());

@@ -68,8 +68,9 @@ struct LearnedPlannerConfig {
   // over 32 (docs/learned-policy.md, Shipped checkpoints).
   int sampled_rollouts = 256;
   // Wall-clock limit of one Run, on top of PlannerOptions::budget (the
-  // smaller wins). The greedy rollout always completes; sampled rollouts
-  // start only while time is left.
+  // smaller wins). The greedy rollout always completes (unless the run is
+  // cancelled before it starts: Cancelled, like every planner); sampled
+  // rollouts start only while time is left.
   absl::Duration latency_budget = absl::Seconds(1);
 };
 

@@ -3,6 +3,7 @@
 // another profile set), which name the model and the fallback planner.
 #include "planner_service/core/learned_planner.h"
 
+#include <atomic>
 #include <filesystem>
 
 #include "gmock/gmock.h"
@@ -12,6 +13,10 @@
 #include "planner_service/policy/policy_network.h"
 #include "planner_service/policy/torch_policy.h"
 #include "planner_service/io/data_files.h"
+#include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/model_io.h"
+#include "planner_service/io/planning_context.h"
+#include "planner_service/io/scenario_io.h"
 #include "test/policy/policy_test_fixture.h"
 
 namespace arachne {
@@ -88,6 +93,34 @@ TEST(LearnedPlannerTest, WithoutAFactoryFailsNamingModelAndFallback) {
               HasSubstr("learned planner: no policy for model \"toy\": this "
                         "build has no policy support"));
   EXPECT_THAT(r.status().message(), HasSubstr("plan with --planner exact"));
+}
+
+TEST(LearnedPlannerTest, CancelledBeforeTheStartPlansNothing) {
+  testing::ToyComposition toy;
+  std::atomic<bool> cancelled{true};
+  PlannerOptions o = Options(1);
+  o.cancelled = &cancelled;
+  auto r = LearnedPlanner({.sampled_rollouts = 4}, FixedNetwork(1))
+               .Run(toy.cost_model(), o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("learned: cancelled after 0 plan evaluations"));
+}
+
+// A tight budget still gets the greedy rollout's plan.
+TEST(LearnedPlannerTest, ExhaustedBudgetStillPlansGreedily) {
+  testing::ToyComposition toy;
+  PlannerOptions o = Options(1);
+  o.budget = absl::ZeroDuration();
+  auto r = LearnedPlanner({.sampled_rollouts = 64}, FixedNetwork(1))
+               .Run(toy.cost_model(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(ValidatePlan(r->plan, toy.cost_model()).ok());
+  auto greedy = LearnedPlanner({.sampled_rollouts = 0}, FixedNetwork(1))
+                    .Run(toy.cost_model(), Options(1));
+  ASSERT_TRUE(greedy.ok());
+  EXPECT_EQ(r->prediction.iteration_time_s,
+            greedy->prediction.iteration_time_s);
 }
 
 TEST(LearnedPlannerTest, RejectsNegativeRolloutCount) {
@@ -181,6 +214,48 @@ TEST_F(TorchPolicyTest, RefusesACheckpointOfAnotherProfileSet) {
               HasSubstr("trained on another profile set (profile fingerprint "
                         "ffffffffffffffff"));
   EXPECT_THAT(r.status().message(), HasSubstr("plan with --planner exact"));
+}
+
+// The shipped llama3-8b checkpoint (profiles/policies) plans a suite
+// composition with the built-in profiles: its fingerprint matches them, the
+// plan is valid, and a seed repeats it.
+TEST_F(TorchPolicyTest, ShippedCheckpointPlansASuiteComposition) {
+  auto catalog = LoadGpuCatalog();
+  ASSERT_TRUE(catalog.ok());
+  auto scenario = LoadScenarioFile(std::string(ARACHNE_SOURCE_DIR) +
+                                       "/bench/scenarios/fig07a-llama3-8b.yaml",
+                                   *catalog);
+  ASSERT_TRUE(scenario.ok()) << scenario.status();
+  auto ctx = PlanningContext::Create(*catalog, scenario->model_spec,
+                                     scenario->training,
+                                     scenario->compositions[0].cluster, "");
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  RegisterTorchPolicy(
+      {.policies_dir = std::string(ARACHNE_SOURCE_DIR) + "/profiles/policies"});
+  LearnedPlanner planner({.sampled_rollouts = 16});
+  auto a = planner.Run((*ctx)->cost_model(), Options(2));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(ValidatePlan(a->plan, (*ctx)->cost_model()).ok());
+  auto b = planner.Run((*ctx)->cost_model(), Options(2));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(a->prediction.iteration_time_s, b->prediction.iteration_time_s);
+  RecordProperty("throughput",
+                 std::to_string(a->prediction.throughput_iters_per_s));
+  // qwen3-32b has no checkpoint and no relative with one.
+  auto models = LoadModelCatalog();
+  ASSERT_TRUE(models.ok());
+  const ModelSpec* qwen = nullptr;
+  for (const ModelSpec& m : *models)
+    if (m.name == "qwen3-32b") qwen = &m;
+  ASSERT_NE(qwen, nullptr);
+  auto qctx = PlanningContext::Create(*catalog, *qwen, scenario->training,
+                                      scenario->compositions[0].cluster, "");
+  ASSERT_TRUE(qctx.ok()) << qctx.status();
+  auto q = planner.Run((*qctx)->cost_model(), Options(2));
+  EXPECT_EQ(q.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(q.status().message(),
+              HasSubstr("no policy for model \"qwen3-32b\""));
+  EXPECT_THAT(q.status().message(), HasSubstr("qwen3-32b.pt does not exist"));
 }
 
 }  // namespace
