@@ -4,6 +4,7 @@
 #include <array>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -107,40 +108,88 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
   std::mt19937_64 rng(options.seed);
   std::array<float, kMaxActions> probabilities{};
   int64_t counted = env->evaluations();
+  auto count_evaluations = [&] {
+    *tracker.evaluation_counter() += env->evaluations() - counted;
+    counted = env->evaluations();
+  };
+  // Plays one episode: the actions of `script` first, then the policy's
+  // (greedy or sampled); the actions taken end in `taken`. Returns whether
+  // its plan became the best.
+  std::vector<int> taken;
+  auto play = [&](absl::Span<const int> script, bool greedy) {
+    env->Reset();
+    taken.clear();
+    while (!env->done()) {
+      int action;
+      if (taken.size() < script.size()) {
+        action = script[taken.size()];
+      } else {
+        const int actions = static_cast<int>(env->LegalMask().size());
+        absl::Span<float> p = absl::MakeSpan(probabilities.data(), actions);
+        (*policy)->ActionProbabilities(*env, p);
+        // The contract says masked actions get 0; enforcing it here keeps a
+        // faulty model from reaching Step's CHECK.
+        absl::Span<const uint8_t> mask = env->LegalMask();
+        float total = 0;
+        for (int a = 0; a < actions; ++a) {
+          if (!mask[a]) p[a] = 0;
+          total += p[a];
+        }
+        if (!(total > 0)) {  // degenerate output: uniform over legal actions
+          for (int a = 0; a < actions; ++a) p[a] = mask[a];
+        }
+        action = greedy ? Greedy(p) : Sample(p, rng);
+      }
+      taken.push_back(action);
+      const StepOutcome step = env->Step(action);
+      if (step.template_completed) tracker.CountTemplate();
+    }
+    count_evaluations();
+    if (env->plan().templates.empty()) {
+      tracker.NoteFailure("the policy's first template did not fit");
+      return false;
+    }
+    return tracker.Offer(env->plan(), env->iteration_time_s());
+  };
+
+  std::vector<int> best;  // actions of the best episode
   for (int rollout = 0; rollout <= config_.sampled_rollouts; ++rollout) {
     // The greedy rollout (0) runs whatever the budget so a tight budget
     // still plans; a cancelled run stops before it, as every planner does.
     const bool cancelled =
         options.cancelled != nullptr && options.cancelled->load();
     if ((rollout > 0 || cancelled) && tracker.OutOfBudget()) break;
-    env->Reset();
-    while (!env->done()) {
-      const int actions = static_cast<int>(env->LegalMask().size());
-      absl::Span<float> p = absl::MakeSpan(probabilities.data(), actions);
-      (*policy)->ActionProbabilities(*env, p);
-      // The contract says masked actions get 0; enforcing it here keeps a
-      // faulty model from reaching Step's CHECK.
+    if (play({}, /*greedy=*/rollout == 0)) best = taken;
+  }
+
+  // Local refinement: each decision of the best episode in turn is replaced
+  // by each other legal action, the rest completed greedily by the policy;
+  // an improvement becomes the best episode and the scan goes on from the
+  // next decision. Deterministic (no sampling).
+  std::array<uint8_t, kMaxActions> legal{};
+  for (int pass = 0; pass < config_.refinement_passes && !best.empty();
+       ++pass) {
+    bool improved = false;
+    for (size_t pos = 0; pos < best.size() && !tracker.OutOfBudget(); ++pos) {
+      env->Reset();
+      for (size_t i = 0; i < pos; ++i) env->Step(best[i]);
       absl::Span<const uint8_t> mask = env->LegalMask();
-      float total = 0;
-      for (int a = 0; a < actions; ++a) {
-        if (!mask[a]) p[a] = 0;
-        total += p[a];
+      const size_t actions = mask.size();
+      std::copy(mask.begin(), mask.end(), legal.begin());
+      count_evaluations();
+      std::vector<int> script(best.begin(), best.begin() + pos + 1);
+      for (size_t a = 0; a < actions; ++a) {
+        if (!legal[a] || static_cast<int>(a) == best[pos]) continue;
+        if (tracker.OutOfBudget()) break;
+        script.back() = static_cast<int>(a);
+        if (play(script, /*greedy=*/true)) {
+          best = taken;
+          improved = true;
+          break;
+        }
       }
-      if (!(total > 0)) {  // degenerate output: uniform over legal actions
-        for (int a = 0; a < actions; ++a) p[a] = mask[a];
-      }
-      const int action = rollout == 0 ? Greedy(p) : Sample(p, rng);
-      const StepOutcome step = env->Step(action);
-      if (step.template_completed) tracker.CountTemplate();
     }
-    *tracker.evaluation_counter() += env->evaluations() - counted;
-    counted = env->evaluations();
-    if (env->plan().templates.empty()) {
-      tracker.NoteFailure(absl::StrCat(
-          "the policy's first template did not fit (rollout ", rollout, ")"));
-      continue;
-    }
-    tracker.Offer(env->plan(), env->iteration_time_s());
+    if (!improved) break;
   }
   return tracker.Finish(name(), /*exhaustive=*/false);
 }

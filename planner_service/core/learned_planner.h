@@ -72,6 +72,11 @@ struct LearnedPlannerConfig {
   // cancelled before it starts: Cancelled, like every planner); sampled
   // rollouts start only while time is left.
   absl::Duration latency_budget = absl::Seconds(1);
+  // Passes of local refinement over the best episode's decisions (each
+  // decision replaced by every other legal action, the rest completed
+  // greedily; an improvement is kept); a pass that improves nothing ends
+  // it. 0 disables. Runs within the same budgets.
+  int refinement_passes = 2;
 };
 
 class LearnedPlanner : public Planner {
@@ -84,7 +89,8 @@ class LearnedPlanner : public Planner {
   std::string name() const override { return "learned"; }
 
   // The best of one greedy and config.sampled_rollouts sampled rollouts
-  // (options.max_depth and max_templates bound the environment). Sampling
+  // (options.max_depth and max_templates bound the environment), then
+  // locally refined (config.refinement_passes). Sampling
   // draws from a generator seeded with options.seed, so a seed gives the
   // same plan when the budgets do not cut the run short. Errors:
   // FailedPrecondition (NoPolicyMessage) when no policy is available, the

@@ -116,11 +116,31 @@ TEST(LearnedPlannerTest, ExhaustedBudgetStillPlansGreedily) {
                .Run(toy.cost_model(), o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(ValidatePlan(r->plan, toy.cost_model()).ok());
-  auto greedy = LearnedPlanner({.sampled_rollouts = 0}, FixedNetwork(1))
-                    .Run(toy.cost_model(), Options(1));
+  auto greedy =
+      LearnedPlanner({.sampled_rollouts = 0, .refinement_passes = 0},
+                     FixedNetwork(1))
+          .Run(toy.cost_model(), Options(1));
   ASSERT_TRUE(greedy.ok());
   EXPECT_EQ(r->prediction.iteration_time_s,
             greedy->prediction.iteration_time_s);
+}
+
+// Local refinement of the greedy episode finds a faster plan on the toy
+// cluster with an untrained policy (0.0428 s -> 0.0189 s per iteration).
+TEST(LearnedPlannerTest, RefinementImprovesTheGreedyPlan) {
+  testing::ToyComposition toy;
+  auto plain =
+      LearnedPlanner({.sampled_rollouts = 0, .refinement_passes = 0},
+                     FixedNetwork(1))
+          .Run(toy.cost_model(), Options(1));
+  auto refined =
+      LearnedPlanner({.sampled_rollouts = 0, .refinement_passes = 2},
+                     FixedNetwork(1))
+          .Run(toy.cost_model(), Options(1));
+  ASSERT_TRUE(plain.ok() && refined.ok());
+  EXPECT_NEAR(plain->prediction.iteration_time_s, 0.0428, 1e-4);
+  EXPECT_NEAR(refined->prediction.iteration_time_s, 0.0189, 1e-4);
+  EXPECT_TRUE(ValidatePlan(refined->plan, toy.cost_model()).ok());
 }
 
 TEST(LearnedPlannerTest, RejectsNegativeRolloutCount) {
