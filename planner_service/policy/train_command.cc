@@ -343,6 +343,8 @@ CLI::App* AddTrainCommand(CLI::App* app, TrainOptions* o) {
                     "GPU types to draw compositions from")
       ->delimiter(',')
       ->capture_default_str();
+  train->add_option("--min-gpus", o->min_gpus, "smallest training cluster")
+      ->capture_default_str();
   train->add_option("--max-gpus", o->max_gpus, "largest training cluster")
       ->capture_default_str();
   train->add_option("--group-size", o->grpo.group_size, "rollouts per group")
