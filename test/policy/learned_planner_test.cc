@@ -236,9 +236,10 @@ TEST_F(TorchPolicyTest, RefusesACheckpointOfAnotherProfileSet) {
   EXPECT_THAT(r.status().message(), HasSubstr("plan with --planner exact"));
 }
 
-// The shipped llama3-8b checkpoint (profiles/policies) plans a suite
-// composition with the built-in profiles: its fingerprint matches them, the
-// plan is valid, and a seed repeats it.
+// The shipped checkpoints (profiles/policies) plan a suite composition with
+// the built-in profiles: llama3-8b's fingerprint matches them, the plan is
+// valid and a seed repeats it; qwen3-64b uses its relative qwen3-32b's; a
+// model with neither gets the fallback message.
 TEST_F(TorchPolicyTest, ShippedCheckpointPlansASuiteComposition) {
   auto catalog = LoadGpuCatalog();
   ASSERT_TRUE(catalog.ok());
@@ -261,21 +262,35 @@ TEST_F(TorchPolicyTest, ShippedCheckpointPlansASuiteComposition) {
   EXPECT_EQ(a->prediction.iteration_time_s, b->prediction.iteration_time_s);
   RecordProperty("throughput",
                  std::to_string(a->prediction.throughput_iters_per_s));
-  // qwen3-32b has no checkpoint and no relative with one.
   auto models = LoadModelCatalog();
   ASSERT_TRUE(models.ok());
-  const ModelSpec* qwen = nullptr;
-  for (const ModelSpec& m : *models)
-    if (m.name == "qwen3-32b") qwen = &m;
-  ASSERT_NE(qwen, nullptr);
-  auto qctx = PlanningContext::Create(*catalog, *qwen, scenario->training,
-                                      scenario->compositions[0].cluster, "");
-  ASSERT_TRUE(qctx.ok()) << qctx.status();
-  auto q = planner.Run((*qctx)->cost_model(), Options(2));
+  auto model = [&](const std::string& name) {
+    const ModelSpec* found = nullptr;
+    for (const ModelSpec& m : *models)
+      if (m.name == name) found = &m;
+    CHECK(found != nullptr) << name;
+    return *found;
+  };
+  // qwen3-64b has no checkpoint of its own: it plans with its declared
+  // relative's, qwen3-32b.
+  auto big = PlanningContext::Create(*catalog, model("qwen3-64b"),
+                                     scenario->training,
+                                     scenario->compositions[0].cluster, "");
+  ASSERT_TRUE(big.ok()) << big.status();
+  auto relative = planner.Run((*big)->cost_model(), Options(2));
+  ASSERT_TRUE(relative.ok()) << relative.status();
+  EXPECT_TRUE(ValidatePlan(relative->plan, (*big)->cost_model()).ok());
+  // mixtral-8x7b has neither.
+  auto moe = PlanningContext::Create(*catalog, model("mixtral-8x7b"),
+                                     scenario->training,
+                                     scenario->compositions[0].cluster, "");
+  ASSERT_TRUE(moe.ok()) << moe.status();
+  auto q = planner.Run((*moe)->cost_model(), Options(2));
   EXPECT_EQ(q.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(q.status().message(),
-              HasSubstr("no policy for model \"qwen3-32b\""));
-  EXPECT_THAT(q.status().message(), HasSubstr("qwen3-32b.pt does not exist"));
+              HasSubstr("no policy for model \"mixtral-8x7b\""));
+  EXPECT_THAT(q.status().message(),
+              HasSubstr("mixtral-8x7b.pt does not exist"));
 }
 
 }  // namespace
