@@ -540,8 +540,8 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   RemoteFlags plan_remote;
   AddRemoteFlags(plan, &plan_remote);
   plan->add_option("--planner", planner,
-                   "exact, amp, espresso, hexiscale, metis, sailor or random "
-                   "(docs/planners.md)");
+                   "exact, amp, espresso, hexiscale, metis, sailor, random "
+                   "or learned (docs/planners.md)");
   plan->add_option("--budget", budget_s, "search budget in seconds");
   plan->add_option("--max-depth", max_depth, "deepest pipeline (Dmax)");
   plan->add_option("--max-templates", max_templates, "most templates per plan");

@@ -8,6 +8,7 @@
 #include "planner_service/core/espresso_planner.h"
 #include "planner_service/core/exact_planner.h"
 #include "planner_service/core/hexiscale_planner.h"
+#include "planner_service/core/learned_planner.h"
 #include "planner_service/core/metis_planner.h"
 #include "planner_service/core/random_planner.h"
 #include "planner_service/core/sailor_planner.h"
@@ -27,6 +28,10 @@ absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name) {
   if (lower == "metis") return std::make_unique<MetisPlanner>();
   if (lower == "sailor") return std::make_unique<SailorPlanner>();
   if (lower == "random") return std::make_unique<RandomPlanner>();
+  // The learned planner is not in PlannerNames(): it needs a trained policy
+  // (registered by binaries built with LibTorch) and answers
+  // FailedPrecondition naming the fallback planner where there is none.
+  if (lower == "learned") return std::make_unique<LearnedPlanner>();
   return absl::InvalidArgumentError(
       absl::StrCat("planner: unknown planner \"", name, "\"; known: ",
                    absl::StrJoin(PlannerNames(), ", ")));

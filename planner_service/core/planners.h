@@ -13,7 +13,9 @@
 
 namespace arachne {
 
-// Names accepted by MakePlanner, in display order.
+// The search-based planners MakePlanner builds, in display order (what
+// `arachne bench` runs by default). MakePlanner also builds "learned"
+// (learned_planner.h), which needs a registered policy.
 std::vector<std::string> PlannerNames();
 // InvalidArgument naming the value and the known planners when unknown.
 absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name);
