@@ -280,17 +280,17 @@ TEST_F(TorchPolicyTest, ShippedCheckpointPlansASuiteComposition) {
   auto relative = planner.Run((*big)->cost_model(), Options(2));
   ASSERT_TRUE(relative.ok()) << relative.status();
   EXPECT_TRUE(ValidatePlan(relative->plan, (*big)->cost_model()).ok());
-  // mixtral-8x7b has neither.
-  auto moe = PlanningContext::Create(*catalog, model("mixtral-8x7b"),
+  // llama3-70b has neither.
+  auto moe = PlanningContext::Create(*catalog, model("llama3-70b"),
                                      scenario->training,
                                      scenario->compositions[0].cluster, "");
   ASSERT_TRUE(moe.ok()) << moe.status();
   auto q = planner.Run((*moe)->cost_model(), Options(2));
   EXPECT_EQ(q.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(q.status().message(),
-              HasSubstr("no policy for model \"mixtral-8x7b\""));
+              HasSubstr("no policy for model \"llama3-70b\""));
   EXPECT_THAT(q.status().message(),
-              HasSubstr("mixtral-8x7b.pt does not exist"));
+              HasSubstr("llama3-70b.pt does not exist"));
 }
 
 }  // namespace
