@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/server/planner_handler_impl.h"
+#include "test/server/loopback_server.h"
 #include "planner_service/server/planner_server.h"
 
 namespace arachne {
@@ -47,25 +48,14 @@ nlohmann::json Comparable(nlohmann::json j) {
 class PlannerClientTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto impl = PlannerHandlerImpl::Create({});
-    ASSERT_TRUE(impl.ok()) << impl.status();
-    handler_ = impl->release();
-    PlannerServerConfig config;
-    config.listen = "127.0.0.1:0";
-    config.service.workers = 2;
-    config.service.max_in_flight = 4;
-    auto server = PlannerServer::Start(handler_, config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
+    server_ = new testing::LoopbackServer({.workers = 2, .max_in_flight = 4});
   }
   static void TearDownTestSuite() {
-    server_->Shutdown(absl::Seconds(1));
     delete server_;
-    delete handler_;
   }
 
   static std::string Address() {
-    return absl::StrCat("127.0.0.1:", server_->port());
+    return server_->address();
   }
 
   std::unique_ptr<PlannerClient> Client() {
@@ -77,16 +67,14 @@ class PlannerClientTest : public ::testing::Test {
     return *std::move(client);
   }
 
-  static PlannerHandlerImpl* handler_;
-  static PlannerServer* server_;
+  static testing::LoopbackServer* server_;
 };
-PlannerHandlerImpl* PlannerClientTest::handler_ = nullptr;
-PlannerServer* PlannerClientTest::server_ = nullptr;
+testing::LoopbackServer* PlannerClientTest::server_ = nullptr;
 
 TEST_F(PlannerClientTest, PlanAndEvaluateEqualTheHandlersAnswers) {
   auto remote = Client()->Plan(SmallQuery());
   ASSERT_TRUE(remote.ok()) << remote.status();
-  auto local = handler_->Plan(SmallQuery());
+  auto local = server_->handler().Plan(SmallQuery());
   ASSERT_TRUE(local.ok()) << local.status();
   EXPECT_EQ(Comparable(remote->plan), Comparable(local->plan));
   EXPECT_EQ(remote->planner, "exact");
@@ -99,13 +87,13 @@ TEST_F(PlannerClientTest, PlanAndEvaluateEqualTheHandlersAnswers) {
   eq.plan = remote->plan;
   auto remote_eval = Client()->Evaluate(eq);
   ASSERT_TRUE(remote_eval.ok()) << remote_eval.status();
-  auto local_eval = handler_->Evaluate(eq);
+  auto local_eval = server_->handler().Evaluate(eq);
   ASSERT_TRUE(local_eval.ok()) << local_eval.status();
   EXPECT_EQ(Comparable(remote_eval->plan), Comparable(local_eval->plan));
 }
 
 TEST_F(PlannerClientTest, ReplanEqualsTheHandlersAnswer) {
-  auto planned = handler_->Plan(SmallQuery());
+  auto planned = server_->handler().Plan(SmallQuery());
   ASSERT_TRUE(planned.ok()) << planned.status();
   ReplanQuery q;
   q.plan = SmallQuery();
@@ -114,7 +102,7 @@ TEST_F(PlannerClientTest, ReplanEqualsTheHandlersAnswer) {
   q.current_plan = planned->plan;
   auto remote = Client()->Replan(q);
   ASSERT_TRUE(remote.ok()) << remote.status();
-  auto local = handler_->Replan(q);
+  auto local = server_->handler().Replan(q);
   ASSERT_TRUE(local.ok()) << local.status();
   EXPECT_EQ(Comparable(remote->new_plan.plan),
             Comparable(local->new_plan.plan));
@@ -154,7 +142,7 @@ TEST_F(PlannerClientTest, BadConfigNamesTheField) {
 }
 
 TEST_F(PlannerClientTest, PredictionFromPlanJsonReadsAnAnswer) {
-  auto answer = handler_->Plan(SmallQuery());
+  auto answer = server_->handler().Plan(SmallQuery());
   ASSERT_TRUE(answer.ok()) << answer.status();
   auto p = PredictionFromPlanJson(answer->plan);
   ASSERT_TRUE(p.ok()) << p.status();

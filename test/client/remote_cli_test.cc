@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/server/planner_handler_impl.h"
+#include "test/server/loopback_server.h"
 #include "planner_service/server/planner_server.h"
 #include "test/cli/cli_runner.h"
 
@@ -55,34 +56,21 @@ nlohmann::json JsonWithoutTiming(const std::string& out) {
 class RemoteCliTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto impl = PlannerHandlerImpl::Create({});
-    ASSERT_TRUE(impl.ok()) << impl.status();
-    handler_ = impl->release();
-    PlannerServerConfig config;
-    config.listen = "127.0.0.1:0";
-    config.service.workers = 2;
-    config.service.max_in_flight = 4;
-    config.service.bearer_token = kToken;
-    auto server = PlannerServer::Start(handler_, config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
+    server_ = new testing::LoopbackServer(
+        {.workers = 2, .max_in_flight = 4, .bearer_token = kToken});
   }
   static void TearDownTestSuite() {
-    server_->Shutdown(absl::Seconds(1));
     delete server_;
-    delete handler_;
   }
 
   static std::vector<std::string> Remote() {
-    return {"--server", absl::StrCat("127.0.0.1:", server_->port()), "--token",
+    return {"--server", server_->address(), "--token",
             kToken};
   }
 
-  static PlannerHandlerImpl* handler_;
-  static PlannerServer* server_;
+  static testing::LoopbackServer* server_;
 };
-PlannerHandlerImpl* RemoteCliTest::handler_ = nullptr;
-PlannerServer* RemoteCliTest::server_ = nullptr;
+testing::LoopbackServer* RemoteCliTest::server_ = nullptr;
 
 TEST_F(RemoteCliTest, PlanJsonEqualsInProcess) {
   for (const char* cluster : {"small-8.yaml", "a100-h100-64.yaml"}) {
@@ -132,11 +120,11 @@ TEST_F(RemoteCliTest, EvaluateJsonEqualsInProcess) {
 TEST_F(RemoteCliTest, MissingOrWrongTokenIsRefused) {
   const auto args = PlanArgs(Example("small-8.yaml"));
   CliRun none = Cli(
-      With(args, {"--server", absl::StrCat("127.0.0.1:", server_->port())}));
+      With(args, {"--server", server_->address()}));
   EXPECT_EQ(none.code, kExitInternal);
   EXPECT_THAT(none.err, HasSubstr("authorization: missing"));
   CliRun wrong =
-      Cli(With(args, {"--server", absl::StrCat("127.0.0.1:", server_->port()),
+      Cli(With(args, {"--server", server_->address(),
                       "--token", "nope"}));
   EXPECT_EQ(wrong.code, kExitInternal);
   EXPECT_THAT(wrong.err, HasSubstr("wrong bearer token"));

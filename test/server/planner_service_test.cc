@@ -23,6 +23,7 @@
 #include "planner_service/io/plan_io.h"
 #include "planner_service/io/planning_context.h"
 #include "planner_service/server/planner_handler_impl.h"
+#include "test/server/loopback_server.h"
 #include "planner_service/server/planner_server.h"
 #include "planner_service/server/proto_convert.h"
 
@@ -60,35 +61,22 @@ std::chrono::system_clock::time_point In(absl::Duration d) {
 class PlannerServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto impl = PlannerHandlerImpl::Create({});
-    ASSERT_TRUE(impl.ok()) << impl.status();
-    handler_ = impl->release();
-    PlannerServerConfig config;
-    config.listen = "127.0.0.1:0";
-    config.service.workers = 2;
-    config.service.max_in_flight = 8;
-    auto server = PlannerServer::Start(handler_, config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+    server_ = new testing::LoopbackServer({.workers = 2, .max_in_flight = 8});
+    channel_ = grpc::CreateChannel(server_->address(),
                                    grpc::InsecureChannelCredentials());
   }
   static void TearDownTestSuite() {
-    server_->Shutdown(absl::Seconds(1));
     delete server_;
-    delete handler_;
     channel_.reset();
   }
 
   std::unique_ptr<v1::Planner::Stub> stub_ = v1::Planner::NewStub(channel_);
   grpc::ClientContext ctx_;
 
-  static PlannerHandlerImpl* handler_;
-  static PlannerServer* server_;
+  static testing::LoopbackServer* server_;
   static std::shared_ptr<grpc::Channel> channel_;
 };
-PlannerHandlerImpl* PlannerServiceTest::handler_ = nullptr;
-PlannerServer* PlannerServiceTest::server_ = nullptr;
+testing::LoopbackServer* PlannerServiceTest::server_ = nullptr;
 std::shared_ptr<grpc::Channel> PlannerServiceTest::channel_;
 
 // The prediction the service returns is the in-process cost model's for the

@@ -16,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "planner_service/server/planner_handler_impl.h"
+#include "test/server/loopback_server.h"
 #include "planner_service/server/planner_server.h"
 
 namespace arachne {
@@ -71,23 +72,12 @@ v1::Plan PipelineAcrossTwoNodes() {
 class ReplanTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto impl = PlannerHandlerImpl::Create({});
-    ASSERT_TRUE(impl.ok()) << impl.status();
-    handler_ = impl->release();
-    PlannerServerConfig config;
-    config.listen = "127.0.0.1:0";
-    config.service.workers = 2;
-    config.service.max_in_flight = 4;
-    auto server = PlannerServer::Start(handler_, config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+    server_ = new testing::LoopbackServer({.workers = 2, .max_in_flight = 4});
+    channel_ = grpc::CreateChannel(server_->address(),
                                    grpc::InsecureChannelCredentials());
   }
   static void TearDownTestSuite() {
-    server_->Shutdown(absl::Seconds(1));
     delete server_;
-    delete handler_;
     channel_.reset();
   }
 
@@ -115,12 +105,10 @@ class ReplanTest : public ::testing::Test {
   }
 
   std::unique_ptr<v1::Planner::Stub> stub_ = v1::Planner::NewStub(channel_);
-  static PlannerHandlerImpl* handler_;
-  static PlannerServer* server_;
+  static testing::LoopbackServer* server_;
   static std::shared_ptr<grpc::Channel> channel_;
 };
-PlannerHandlerImpl* ReplanTest::handler_ = nullptr;
-PlannerServer* ReplanTest::server_ = nullptr;
+testing::LoopbackServer* ReplanTest::server_ = nullptr;
 std::shared_ptr<grpc::Channel> ReplanTest::channel_;
 
 // Unchanged cluster, current plan = what the planner finds: the new plan is
