@@ -100,7 +100,8 @@ double AutoFill::ChooseExpertTilings(Plan& plan, int template_index,
 
 absl::StatusOr<FillResult> AutoFill::Extend(
     const Plan& so_far, const NodePool& pool,
-    absl::Span<const StageChoice> structure, int64_t* evaluations) const {
+    absl::Span<const StageChoice> structure, int64_t* evaluations,
+    int max_replicas) const {
   const ModelSpec& model = cm_.model();
   auto describe = [&] {
     std::vector<std::string> parts;
@@ -115,6 +116,11 @@ absl::StatusOr<FillResult> AutoFill::Extend(
         absl::StrCat("template ", describe(), ": depth must be in [1, ",
                      model.num_layers, "]"));
   }
+  if (max_replicas < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "template ", describe(), ": max_replicas must be >= 0 (0: no cap), got ",
+        max_replicas));
+  }
   FillResult result{so_far, pool, kInfeasible};
   Template t;
   for (const StageChoice& c : structure) {
@@ -125,7 +131,9 @@ absl::StatusOr<FillResult> AutoFill::Extend(
   }
   NodePool placed = pool;
   int replicas = 0;
-  while (placed.PlaceReplica(t.stages, &t.placement)) ++replicas;
+  while ((max_replicas == 0 || replicas < max_replicas) &&
+         placed.PlaceReplica(t.stages, &t.placement))
+    ++replicas;
   if (replicas == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "template ", describe(), ": the free nodes hold no replica"));

@@ -1,8 +1,9 @@
 // Arithmetic auto-fill (paper §5.3): completes a structural template (GPU
 // type and TP degree per stage) into a priced template of a plan: data-
-// parallel replicas (as many as the free nodes pack), micro-batch size (every
-// profiled power of two up to the largest that fits, keeping the fastest for
-// the plan so far), layer split (proportional to profiled stage speed, then a
+// parallel replicas (as many as the free nodes pack, or up to a cap),
+// micro-batch size (every profiled power of two up to the largest that fits,
+// keeping the fastest for the plan so far: its GPUs, hence its price, are
+// fixed by then, so the fastest is also the cheapest per token), layer split (proportional to profiled stage speed, then a
 // fixed list of alternatives when memory fails) and, for MoE stages, the
 // expert tiling EP x ETP x EDP (every factorisation priced).
 #ifndef ARACHNE_PLANNER_SERVICE_CORE_AUTO_FILL_H_
@@ -40,10 +41,15 @@ class AutoFill {
   // Fills `structure` on the GPUs `pool` leaves free and returns the best
   // plan `so_far` + the new template. FailedPrecondition saying why when no
   // replica fits on the free nodes or every candidate is out of memory;
-  // `evaluations` (optional) counts plans priced.
+  // `evaluations` (optional) counts plans priced. `max_replicas` > 0 stops
+  // placing replicas at that many (0: as many as fit), leaving the rest of
+  // the GPUs free: the fastest plan packs every replica, but a cheaper one
+  // per token may not (fewer replicas, fewer GPUs billed, less bubble and
+  // gradient sync per token); InvalidArgument when negative.
   absl::StatusOr<FillResult> Extend(const Plan& so_far, const NodePool& pool,
                                     absl::Span<const StageChoice> structure,
-                                    int64_t* evaluations = nullptr) const;
+                                    int64_t* evaluations = nullptr,
+                                    int max_replicas = 0) const;
 
   // Layer splits tried for a template (exposed for tests): proportional to
   // speed; the same with each stage capped at the layers that fit in its

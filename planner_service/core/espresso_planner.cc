@@ -81,11 +81,40 @@ class EspressoSearch {
     return per_replica * cm_.model().num_layers / speed;
   }
 
+  // Lower bound on the $ per token of any completion, for the usd_per_token
+  // objective (a bound on time alone would prune cheaper, slower plans). A
+  // completion with r replicas costs r x (one replica's GPUs) per hour and
+  // its iteration takes at least TimeBound(r) = ceil(micro / r) x L / speed,
+  // so its cost per iteration is at least micro x L / speed x the price of
+  // one replica, whatever r is; undecided stages count at the cheapest type
+  // (and, in `speed`, at the fastest).
+  double UsdPerTokenBound() const {
+    const GpuCatalog& catalog = cm_.catalog();
+    double cheapest = kInfeasible;
+    for (int type : types_)
+      cheapest = std::min(cheapest, catalog.type(type).usd_per_hour);
+    double price = (depth_ - structure_.size()) * cheapest;
+    for (const StageChoice& c : structure_)
+      price += catalog.type(c.gpu_type).usd_per_hour;
+    double speed = (depth_ - structure_.size()) * speed_[types_.front()];
+    for (const StageChoice& c : structure_) speed += speed_[c.gpu_type];
+    const double micro =
+        static_cast<double>(cm_.training().global_batch / mbs_);
+    const double tokens = static_cast<double>(cm_.training().global_batch) *
+                          cm_.training().seq_len;
+    return micro * cm_.model().num_layers / speed * price / 3600.0 / tokens;
+  }
+
   void Branch() {
     if (tracker_.OutOfBudget()) return;
     const int replicas = ReplicaBound();
     if (replicas < 1) return;
-    if (TimeBound(replicas) >= tracker_.best_time()) return;  // prune
+    // Prune on the objective's bound. Under usd_per_token an equal score can
+    // still win on throughput, so only a strictly worse bound prunes.
+    if (tracker_.objective() == PlannerObjective::kUsdPerToken
+            ? UsdPerTokenBound() > tracker_.best_score()
+            : TimeBound(replicas) >= tracker_.best_time())
+      return;
     if (static_cast<int>(structure_.size()) == depth_) {
       Leaf(replicas);
       return;

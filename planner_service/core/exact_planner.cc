@@ -52,14 +52,55 @@ class Search {
   bool OutOfBudget() { return tracker_.OutOfBudget(); }
 
   // Fills `structure` on top of `so_far`; records an improvement and, when
-  // `recurse`, continues with further templates on the GPUs left.
+  // `recurse`, continues with further templates on the GPUs left. Auto-fill
+  // packs as many replicas as fit, which is what the fastest plan wants;
+  // under usd_per_token a plan on fewer GPUs can cost less per token (the
+  // idle GPUs are not billed; fewer replicas mean less bubble and gradient
+  // sync per token), so the template is also filled with every power of two
+  // replicas below the packed count.
   void TryTemplate(const Plan& so_far, const NodePool& pool,
                    const std::vector<StageChoice>& structure, int level,
                    bool recurse) {
+    FillAndRecurse(so_far, pool, structure, level, recurse,
+                   /*max_replicas=*/0);
+    if (tracker_.objective() != PlannerObjective::kUsdPerToken) return;
+    // Counted on the pool rather than taken from the fill: a fill of every
+    // replica can fail (the batch does not split into that many) where
+    // fewer fit.
+    const int packed = Packable(pool, structure);
+    int cap = 1;
+    while (cap * 2 < packed) cap *= 2;
+    for (; cap >= 1 && cap < packed; cap /= 2) {
+      FillAndRecurse(so_far, pool, structure, level, recurse, cap);
+    }
+  }
+
+  // Replicas of `structure` the free GPUs of `pool` hold (auto-fill's
+  // placement rule).
+  static int Packable(const NodePool& pool,
+                      const std::vector<StageChoice>& structure) {
+    std::vector<Stage> stages(structure.size());
+    for (size_t i = 0; i < structure.size(); ++i) {
+      stages[i].gpu_type = structure[i].gpu_type;
+      stages[i].tp = structure[i].tp;
+    }
+    NodePool free = pool;
+    std::vector<StagePlacement> placement;
+    int replicas = 0;
+    while (free.PlaceReplica(stages, &placement)) ++replicas;
+    return replicas;
+  }
+
+  // One fill of TryTemplate with at most `max_replicas` replicas (0: as
+  // many as fit).
+  void FillAndRecurse(const Plan& so_far, const NodePool& pool,
+                     const std::vector<StageChoice>& structure, int level,
+                     bool recurse, int max_replicas) {
     if (OutOfBudget()) return;
     tracker_.CountTemplate();
-    absl::StatusOr<FillResult> r = fill_.Extend(
-        so_far, pool, structure, tracker_.evaluation_counter());
+    absl::StatusOr<FillResult> r =
+        fill_.Extend(so_far, pool, structure, tracker_.evaluation_counter(),
+                     max_replicas);
     if (!r.ok()) {
       tracker_.NoteFailure(std::string(r.status().message()));
       return;
@@ -198,13 +239,14 @@ class Search {
       NodePool pool(cm_.cluster());
       if (!pool.Take(tracker_.best()).ok() || pool.TotalFree() == 0) return;
       const Plan base = tracker_.best();
-      const double before = tracker_.best_time();
+      // Improvement under the objective, not just a faster plan.
+      const int64_t before = tracker_.improvements();
       const auto try_next = [&](const std::vector<StageChoice>& s) {
         TryTemplate(base, pool, s, level, /*recurse=*/false);
       };
       ForEachUniform(pool, try_next);
       if (with_runs) ForEachTypeRuns(pool, try_next);
-      if (!(tracker_.best_time() < before)) return;
+      if (tracker_.improvements() == before) return;
     }
   }
 

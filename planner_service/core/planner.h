@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "planner_service/core/cost_model.h"
@@ -29,6 +30,24 @@ class RealClock : public Clock {
 };
 const Clock& DefaultClock();
 
+// What a planner optimises. Every planner ranks the plans it prices through
+// SearchTracker, so the objective changes the choice of all of them alike.
+enum class PlannerObjective {
+  // Highest throughput (shortest iteration); the default.
+  kThroughput,
+  // Lowest dollars per token: Prediction::usd_per_hour (the price of the
+  // GPUs the plan uses; GPUs it leaves idle are not billed) divided by
+  // tokens_per_s * 3600. Ties go to the higher throughput. Every GPU type of
+  // the cluster needs a price (GpuType::usd_per_hour > 0).
+  kUsdPerToken,
+};
+
+// "throughput" or "usd_per_token" (the names the CLI and docs use).
+absl::string_view PlannerObjectiveName(PlannerObjective objective);
+// The objective named `name` (as PlannerObjectiveName spells it); InvalidArgument
+// naming the value and the accepted names otherwise.
+absl::StatusOr<PlannerObjective> ParsePlannerObjective(absl::string_view name);
+
 struct PlannerOptions {
   // Wall-clock budget; the planner returns its best plan when it runs out.
   absl::Duration budget = absl::Seconds(600);
@@ -42,6 +61,8 @@ struct PlannerOptions {
   int max_depth = 16;
   // Most templates in a plan.
   int max_templates = 3;
+  // What "best plan" means (see PlannerObjective).
+  PlannerObjective objective = PlannerObjective::kThroughput;
   uint64_t seed = 1;
   const Clock* clock = nullptr;  // nullptr: real time
   // Set by another thread (a cancelled RPC) to stop the search; the planner
@@ -50,12 +71,17 @@ struct PlannerOptions {
   const std::atomic<bool>* cancelled = nullptr;
 };
 
-// One improvement of a planner's best plan: after `evaluations` plans priced
-// (and `wall_s` seconds) the best plan so far runs at `throughput`.
+// One improvement of a planner's best plan under its objective: after
+// `evaluations` plans priced (and `wall_s` seconds) the best plan so far runs
+// at `throughput` and costs `usd_per_token`. Under the usd_per_token
+// objective the curve falls in $/token while throughput may go either way.
 struct ProgressPoint {
   int64_t evaluations = 0;
   double wall_s = 0;
   double throughput_iters_per_s = 0;
+  // Price of the GPUs the plan uses per token trained; 0 when a GPU type it
+  // uses has no price (possible only under the throughput objective).
+  double usd_per_token = 0;
 };
 
 struct PlannerStats {

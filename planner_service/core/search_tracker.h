@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "planner_service/core/cost_model.h"
@@ -15,13 +16,31 @@
 
 namespace arachne {
 
+// Dollars per hour of the GPUs `plan` uses (the cost model's
+// Prediction::usd_per_hour without pricing the plan): idle GPUs are free.
+double PlanUsdPerHour(const GpuCatalog& catalog, const Plan& plan);
+
+// Dollars per token of a plan that costs `usd_per_hour` and trains
+// `tokens_per_s`; infinite when it trains nothing.
+double UsdPerToken(double usd_per_hour, double tokens_per_s);
+
+// OK when `objective` can rank plans on `cost_model`'s cluster. Under
+// usd_per_token every GPU type present in the cluster needs a price: any plan
+// may use any of them, and a type priced 0 (the catalog's default when
+// usd_per_hour is missing) would rank as free GPUs instead of failing.
+// FailedPrecondition naming the unpriced types otherwise.
+absl::Status CheckObjective(const CostModel& cost_model,
+                            PlannerObjective objective);
+
 class SearchTracker {
  public:
-  // `cost_model` must outlive the tracker; the budget starts now.
+  // `cost_model` must outlive the tracker; the budget starts now. When
+  // options.objective cannot rank plans here (CheckObjective), the tracker
+  // is out of budget from the start and Finish returns that error.
   SearchTracker(const CostModel& cost_model, const PlannerOptions& options);
 
-  // True once the wall-clock budget or the evaluation limit is spent; stays
-  // true afterwards so nested loops unwind.
+  // True once the wall-clock budget or the evaluation limit is spent (or the
+  // objective is unusable); stays true afterwards so nested loops unwind.
   bool OutOfBudget();
   bool stopped() const { return stopped_; }
   // True when the search stopped because options.cancelled was set.
@@ -37,8 +56,20 @@ class SearchTracker {
   // kInfeasible with the reason in *why (when non-null).
   double PriceAndOffer(Plan& plan, Infeasibility* why = nullptr);
   // Keeps `plan` (balanced, priced by the caller at `iteration_time_s`) when
-  // it beats the incumbent; returns whether it did.
+  // it beats the incumbent under the objective; returns whether it did.
   bool Offer(const Plan& plan, double iteration_time_s);
+
+  PlannerObjective objective() const { return options_.objective; }
+  // The objective's value of `plan` priced at `iteration_time_s`, lower is
+  // better: the iteration time (throughput) or $ per token (usd_per_token).
+  // kInfeasible for an infeasible time.
+  double Score(const Plan& plan, double iteration_time_s) const;
+  // Score of the incumbent (kInfeasible before one is found).
+  double best_score() const { return best_score_; }
+  // How many times the incumbent improved (the progress curve's length).
+  int64_t improvements() const {
+    return static_cast<int64_t>(progress_.size());
+  }
 
   // Remembers why the latest candidate failed, for the no-plan message.
   void NoteFailure(std::string why) { last_failure_ = std::move(why); }
@@ -50,7 +81,8 @@ class SearchTracker {
 
   // The result of planner `name`: the incumbent validated (Internal when a
   // planner built an invalid plan: a bug) and predicted, with statistics;
-  // FailedPrecondition saying why when nothing fits.
+  // FailedPrecondition saying why when nothing fits or the objective cannot
+  // be used on this cluster.
   absl::StatusOr<PlanResult> Finish(const std::string& name,
                                     bool exhaustive) const;
 
@@ -61,6 +93,10 @@ class SearchTracker {
   absl::Time start_, deadline_;
   Plan best_;
   double best_time_ = kInfeasible;
+  double best_score_ = kInfeasible;
+  // Tokens of one iteration (global batch x sequence), for $ per token.
+  double tokens_per_iteration_ = 0;
+  absl::Status objective_status_;
   int64_t evaluations_ = 0, templates_tried_ = 0;
   bool stopped_ = false, cancelled_ = false;
   std::string last_failure_;
