@@ -20,6 +20,7 @@
 #include "planner_service/core/plan_validation.h"
 #include "planner_service/core/planners.h"
 #include "planner_service/core/profile_synthesizer.h"
+#include "planner_service/core/search_tracker.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
@@ -195,6 +196,18 @@ absl::Status PrintPlan(std::ostream& out, const InputFlags& f,
       j["evaluations"] = stats->evaluations;
       j["exhaustive"] = stats->exhaustive;
     }
+    // $ per million tokens, what --objective usd_per_token minimises; null
+    // when a GPU type of the plan has no price (its usd_per_hour counts 0).
+    bool priced = true;
+    for (const Template& t : plan.templates)
+      for (const Stage& st : t.stages)
+        priced = priced && ctx.catalog().type(st.gpu_type).usd_per_hour > 0;
+    if (priced && prediction.tokens_per_s > 0) {
+      j["usd_per_mtoken"] =
+          UsdPerToken(prediction.usd_per_hour, prediction.tokens_per_s) * 1e6;
+    } else {
+      j["usd_per_mtoken"] = nullptr;
+    }
     out << j.dump(2) << "\n";
     return absl::OkStatus();
   }
@@ -260,9 +273,16 @@ int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
 }
 
 int RunPlan(const InputFlags& f, const RemoteFlags& remote,
-            const std::string& planner_name, double budget_s, int max_depth,
-            int max_templates, int64_t max_evaluations, std::ostream& out,
-            std::ostream& err) {
+            const std::string& planner_name, const std::string& objective_name,
+            double budget_s, int max_depth, int max_templates,
+            int64_t max_evaluations, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<PlannerObjective> objective =
+      ParsePlannerObjective(objective_name);
+  if (!objective.ok()) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--objective: unknown value \"", objective_name,
+                         "\"; expected throughput or usd_per_token")));
+  }
   if (!(budget_s > 0)) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
                          "--budget: must be > 0 seconds, got ", budget_s)));
@@ -281,6 +301,14 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
   auto ctx = LoadContext(f);
   if (!ctx.ok()) return Fail(err, ctx.status());
   if (!remote.server.empty()) {
+    // The client's request has no objective yet: refuse rather than
+    // silently plan for throughput.
+    if (*objective != PlannerObjective::kThroughput) {
+      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                           "--objective ", objective_name,
+                           ": not supported with --server yet; plan in "
+                           "process (without --server)")));
+    }
     return RunPlanRemote(f, remote, **ctx, planner_name, budget_s, max_depth,
                          max_templates, max_evaluations, out, err);
   }
@@ -289,6 +317,7 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
   options.max_depth = max_depth;
   options.max_templates = max_templates;
   options.max_evaluations = max_evaluations;
+  options.objective = *objective;
   absl::StatusOr<PlanResult> result = (*planner)->Run((*ctx)->cost_model(), options);
   if (!result.ok()) return Fail(err, result.status());
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
@@ -532,6 +561,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
 
   InputFlags plan_flags;
   std::string planner = "exact";
+  std::string objective = "throughput";
   double budget_s = 60;
   int max_depth = 16, max_templates = 3;
   int64_t max_evaluations = 0;
@@ -542,6 +572,9 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   plan->add_option("--planner", planner,
                    "exact, amp, espresso, hexiscale, metis, sailor, random "
                    "or learned (docs/planners.md)");
+  plan->add_option("--objective", objective,
+                   "throughput (default) or usd_per_token: what the best plan "
+                   "maximises / minimises (docs/planners.md#objectives)");
   plan->add_option("--budget", budget_s, "search budget in seconds");
   plan->add_option("--max-depth", max_depth, "deepest pipeline (Dmax)");
   plan->add_option("--max-templates", max_templates, "most templates per plan");
@@ -651,8 +684,8 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
     return kExitBadInput;
   }
   if (*plan) {
-    return RunPlan(plan_flags, plan_remote, planner, budget_s, max_depth,
-                   max_templates, max_evaluations, out, err);
+    return RunPlan(plan_flags, plan_remote, planner, objective, budget_s,
+                   max_depth, max_templates, max_evaluations, out, err);
   }
   if (*evaluate) {
     return RunEvaluate(eval_flags, eval_remote, plan_file, out, err);
