@@ -23,6 +23,10 @@ int main(int argc, char** argv) {
   app.add_option("--listen", server.listen,
                  "host:port to serve on (port 0 picks one)")
       ->capture_default_str();
+  app.add_option("--health-listen", server.health_listen,
+                 "host:port of a plaintext port serving only "
+                 "grpc.health.v1.Health, for probes that cannot speak TLS "
+                 "(default: none)");
   app.add_option("--profiles-dir", handler.profiles_dir,
                  "directory of gpus.yaml, models.yaml and profiles (default: "
                  "built-in data)");
