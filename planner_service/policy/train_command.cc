@@ -1,12 +1,14 @@
 #include "planner_service/policy/train_command.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "planner_service/core/composition_generator.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/gpu_catalog_io.h"
@@ -29,6 +31,62 @@ std::string CurvePath(const TrainOptions& o) {
   std::filesystem::path p(o.out);
   p.replace_extension(".curve.csv");
   return p.string();
+}
+
+// The PNG drawn next to the curve CSV: <curve>.png without ".csv".
+std::string CurvePlotPath(const std::string& curve_csv) {
+  std::filesystem::path p(curve_csv);
+  p.replace_extension(".png");
+  return p.string();
+}
+
+std::string ShellQuote(const std::string& s) {
+  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
+}
+
+// Draws the training curve with bench/plot_training_curve.py. A missing
+// script or matplotlib is a note, never an error: the CSV holds the curve
+// and the note says how to draw it later. Debian's python3-matplotlib is
+// seen only by /usr/bin/python3 when a private python3 (pyenv, a venv)
+// comes first on PATH, so that one is tried first.
+void PlotTrainingCurve(const std::string& curve_csv, std::ostream& progress) {
+  const std::string script =
+      (std::filesystem::path(ARACHNE_SOURCE_SCENARIOS_DIR).parent_path() /
+       "plot_training_curve.py")
+          .string();
+  const std::string png = CurvePlotPath(curve_csv);
+  const std::string args =
+      absl::StrCat(ShellQuote(script), " ", ShellQuote(curve_csv), " --out ",
+                   ShellQuote(png));
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(script, ec)) {
+    progress << "train: curve plot skipped: " << script
+             << " not found; the curve is in " << curve_csv << "\n";
+    return;
+  }
+  std::string python;
+  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
+    const std::string probe =
+        absl::StrCat(candidate, " -c 'import matplotlib' >/dev/null 2>&1");
+    if (std::system(probe.c_str()) == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (python.empty()) {
+    progress << "train: curve plot skipped: no python3 with matplotlib "
+                "(install python3-matplotlib); the curve is in "
+             << curve_csv << "; draw it later with: python3 " << args << "\n";
+    return;
+  }
+  // The script's own message (what it wrote, or why it failed) goes to
+  // stderr.
+  const std::string command = absl::StrCat(python, " ", args);
+  if (const int rc = std::system(command.c_str()); rc != 0) {
+    progress << "train: curve plot failed (exit status " << rc
+             << "); the curve is in " << curve_csv
+             << "; retry with: " << command << "\n";
+  }
 }
 
 std::string Bar(double fraction) {
@@ -306,10 +364,12 @@ absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& o,
                            it.mean_reward, it.best_reward, it.greedy_reward,
                            it.forced_probability, it.loss);
   }
+  csv.close();
   if (!csv.good()) {
     return absl::InternalError(
         absl::StrCat("train: cannot write ", CurvePath(o)));
   }
+  PlotTrainingCurve(CurvePath(o), progress);
   return report;
 }
 
@@ -396,12 +456,16 @@ int RunTrainCommand(const TrainOptions& options, std::ostream& out,
         return 1;
     }
   }
+  std::error_code ec;
+  const std::string plot = CurvePlotPath(CurvePath(options));
   out << absl::StrFormat(
       "trained %s in %.0f s: greedy reward %.4f -> %.4f over %d "
-      "compositions; wrote %s and %s\n",
+      "compositions; wrote %s and %s%s\n",
       options.model, report->wall_s, report->initial_greedy_reward,
       report->final_greedy_reward, report->compositions, options.out,
-      CurvePath(options));
+      CurvePath(options),
+      std::filesystem::is_regular_file(plot, ec) ? " (plot: " + plot + ")"
+                                                 : "");
   return 0;
 }
 
