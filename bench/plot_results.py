@@ -3,14 +3,19 @@
 
     python3 bench/plot_results.py DIR
 
-reads DIR/results.csv (and DIR/progress.csv, DIR/fig4_samples.csv when
-present) and writes into DIR, one file per scenario:
+reads DIR/results.csv (and DIR/progress.csv, DIR/fig4_samples.csv,
+DIR/learned_policies.csv when present) and writes into DIR, one file per scenario:
 
   <scenario>.png          grouped bars: throughput of each planner's plan per
                           composition, planning time printed on each bar
                           (Figures 1, 7, 9, 10 and the testbed, Figure 8)
-  <scenario>-curve.png    best-so-far throughput against plan evaluations,
-                          log x (Figure 11; search_curve scenarios)
+  <scenario>-curve.png    best-so-far throughput against plan evaluations
+                          and against planning time, log x (Figure 11;
+                          search_curve scenarios). The learned planner's
+                          curve counts planning time only; a dashed copy
+                          shifted by its policy's offline training (rollouts
+                          and seconds, from DIR/learned_policies.csv) shows
+                          what it cost before planning.
   <scenario>-scatter.png  random plan structures vs each planner's plan,
                           relative throughput against pipeline depth
                           (Figure 4; scatter scenarios)
@@ -38,8 +43,9 @@ PLANNER_COLORS = {
     "metis": "#9467bd",
     "sailor": "#8c564b",
     "random": "#7f7f7f",
+    "learned": "#e377c2",
 }
-FALLBACK_COLORS = ["#e377c2", "#bcbd22", "#17becf", "#393b79", "#637939"]
+FALLBACK_COLORS = ["#bcbd22", "#17becf", "#393b79", "#637939", "#843c39"]
 
 
 def planner_color(name, order):
@@ -120,28 +126,92 @@ def plot_bars(scenario, rows, planners, out_dir):
     return path
 
 
-def plot_curve(scenario, rows, planners, out_dir):
-    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+def training_label(policy):
+    """'offline training: 89,504 rollouts (1 plan each), 2,694 s, 2 runs'."""
+    runs = int(policy["training_runs"])
+    return "offline training: %s rollouts (1 plan each), %s s%s" % (
+        "{:,}".format(int(policy["training_rollouts"])),
+        "{:,.0f}".format(float(policy["training_wall_s"])),
+        ", %d runs" % runs if runs > 1 else "")
+
+
+def plot_curve(scenario, rows, planners, out_dir, policy=None):
+    """Two panels: best-so-far throughput against plans scored, and against
+    planning time. Every solid curve counts what its planner spent at
+    planning time. The learned planner also spent effort before: its policy
+    was trained offline on other compositions. `policy` (a row of
+    learned_policies.csv, or None) shifts a dashed copy of its curve by the
+    training's rollouts (each built and scored one candidate plan; auto-fill
+    may price a feasible one several times, so this is not an evaluation
+    count) and seconds, so the two are never mixed up."""
+    fig, axes = plt.subplots(1, 2, figsize=(11.0, 5.0))
+    ax_e, ax_t = axes
+    most_e, least_t, most_t = 1e5, 1.0, 1.0
     for planner in planners:
-        pts = [(int(r["evaluations"]), float(r["best_throughput_iters_per_s"]))
+        pts = [(int(r["evaluations"]), float(r["wall_s"]),
+                float(r["best_throughput_iters_per_s"]))
                for r in rows if r["planner"] == planner]
         if not pts:
             continue
         pts.sort()
-        xs = [max(1, e) for e, _ in pts]
-        ys = [t for _, t in pts]
-        ax.step(xs, ys, where="post", label=planner,
-                color=planner_color(planner, planners), linewidth=1.4)
-    ax.set_xscale("log")
-    ax.set_xlim(1, 1e5)
-    ax.set_xlabel("Candidate plans scored (plan evaluations)")
-    ax.set_ylabel("Best-so-far throughput (iter/s)")
-    ax.set_title("%s: %s (%s)" % (panel_title(rows[0]["figure"]),
+        color = planner_color(planner, planners)
+        es = [max(1, e) for e, _, _ in pts]
+        ts = [max(1e-3, t) for _, t, _ in pts]
+        ys = [y for _, _, y in pts]
+        label = planner
+        if planner == "learned":
+            label = "learned (planning time only)"
+        ax_e.step(es, ys, where="post", label=label, color=color,
+                  linewidth=1.4)
+        ax_t.step(ts, ys, where="post", label=label, color=color,
+                  linewidth=1.4)
+        most_e = max(most_e, es[-1])
+        least_t = min(least_t, ts[0])
+        most_t = max(most_t, ts[-1])
+        if planner == "learned" and policy is not None:
+            rollouts = int(policy["training_rollouts"])
+            seconds = float(policy["training_wall_s"])
+            shifted = "learned incl. " + training_label(policy)
+            ax_e.step([e + rollouts for e in es], ys, where="post",
+                      label=shifted, color=color, linewidth=1.4,
+                      linestyle="--")
+            ax_t.step([t + seconds for t in ts], ys, where="post",
+                      label=shifted, color=color, linewidth=1.4,
+                      linestyle="--")
+            # A bracket over the training itself, so the gap before the
+            # dashed curve reads as the policy's cost, not a slow search.
+            for ax, end, text in (
+                    (ax_e, rollouts, "{:,} training rollouts".format(rollouts)),
+                    (ax_t, seconds, "{:,.0f} s of training".format(seconds))):
+                ax.axvline(end, color=color, linewidth=0.6, linestyle=":")
+                ax.annotate("", xy=(end, 1.02), xycoords=("data", "axes fraction"),
+                            xytext=(0, 1.02),
+                            textcoords=("axes fraction", "axes fraction"),
+                            arrowprops=dict(arrowstyle="<->", color=color,
+                                            linewidth=0.8),
+                            annotation_clip=False)
+                ax.annotate("learned policy, offline: " + text,
+                            xy=(0.5, 1.035), xycoords="axes fraction",
+                            ha="center", va="bottom", fontsize=7, color=color)
+            most_e = max(most_e, es[-1] + rollouts)
+            most_t = max(most_t, ts[-1] + seconds)
+    ax_e.set_xscale("log")
+    ax_e.set_xlim(1, most_e * 1.5)
+    ax_e.set_xlabel("Candidate plans scored (plan evaluations)")
+    ax_t.set_xscale("log")
+    ax_t.set_xlim(least_t * 0.8, most_t * 1.5)
+    ax_t.set_xlabel("Planning time (s)")
+    for ax in axes:
+        ax.set_ylabel("Best-so-far throughput (iter/s)")
+        ax.grid(linewidth=0.3)
+    handles, labels = ax_e.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, frameon=False, loc="lower center",
+               ncol=min(len(labels), 5))
+    fig.suptitle("%s: %s (%s)" % (panel_title(rows[0]["figure"]),
                                   rows[0]["composition"], scenario),
                  fontsize=10)
-    ax.grid(linewidth=0.3)
-    ax.legend(fontsize=8, frameon=False)
-    fig.tight_layout()
+    # Room below for the legend's rows.
+    fig.tight_layout(rect=(0, 0.06 + 0.035 * ((len(labels) - 1) // 5), 1, 1))
     path = os.path.join(out_dir, scenario + "-curve.png")
     fig.savefig(path, dpi=150)
     plt.close(fig)
@@ -235,6 +305,8 @@ def main(argv):
         return 1
     progress = read_csv(os.path.join(out_dir, "progress.csv"))
     samples = read_csv(os.path.join(out_dir, "fig4_samples.csv"))
+    policies = {p["model"]: p for p in
+                read_csv(os.path.join(out_dir, "learned_policies.csv"))}
     planners = ordered_unique(r["planner"] for r in results)
     written = []
     for scenario in ordered_unique(r["scenario"] for r in results):
@@ -246,7 +318,8 @@ def main(argv):
         if kind == "search_curve":
             curve = [p for p in progress if p["scenario"] == scenario]
             if curve:
-                written.append(plot_curve(scenario, curve, planners, out_dir))
+                written.append(plot_curve(scenario, curve, planners, out_dir,
+                                          policies.get(rows[0]["model"])))
         if kind == "scatter":
             comps = ordered_unique(r["composition"] for r in rows)
             for ci, comp in enumerate(comps):

@@ -16,17 +16,25 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+#include "planner_service/core/learned_planner.h"
 #include "planner_service/core/plan_validation.h"
 #include "planner_service/core/planners.h"
 #include "planner_service/core/random_planner.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/planning_context.h"
+#ifdef ARACHNE_HAVE_TORCH
+#include "planner_service/policy/torch_policy.h"
+#endif
 
 namespace arachne {
 namespace {
@@ -71,26 +79,91 @@ absl::Status CheckOptions(const BenchOptions& o) {
 }
 
 // The planners to run, canonical (lower-case) names in the order given, or
-// every registered planner.
+// every registered planner. "learned" without a registered policy factory
+// (a build without LibTorch) is left out with a note in `skipped` rather
+// than refused: the same command line then works in every build.
 absl::StatusOr<std::vector<std::string>> ResolvePlanners(
-    const std::vector<std::string>& requested) {
+    const std::vector<std::string>& requested,
+    std::vector<BenchSkip>* skipped) {
   const std::vector<std::string> known = PlannerNames();
   if (requested.empty()) return known;
   std::vector<std::string> planners;
+  std::set<std::string> seen;
   for (const std::string& name : requested) {
     const std::string lower = absl::AsciiStrToLower(name);
+    if (!seen.insert(lower).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--planners: \"", name, "\" is listed twice"));
+    }
+    if (lower == kLearnedPlannerName && !HasLearnedPolicyFactory()) {
+      skipped->push_back({-1, lower,
+                          "no learned policy in this build (it needs LibTorch: "
+                          "-DARACHNE_WITH_TORCH=ON)"});
+      continue;
+    }
     if (std::find(known.begin(), known.end(), lower) == known.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--planners: unknown planner \"", name,
                        "\"; known: ", absl::StrJoin(known, ", ")));
     }
-    if (std::find(planners.begin(), planners.end(), lower) != planners.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--planners: \"", name, "\" is listed twice"));
-    }
     planners.push_back(lower);
   }
+  if (planners.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--planners: no planner left to run (", skipped->back().planner, ": ",
+        skipped->back().reason, ")"));
+  }
   return planners;
+}
+
+// Where the learned planner's checkpoints are when the options do not say:
+// where the registered LibTorch factory looks by default.
+std::string DefaultBenchPoliciesDir() {
+#ifdef ARACHNE_HAVE_TORCH
+  return DefaultPoliciesDir();
+#else
+  const char* env = std::getenv("ARACHNE_POLICIES_DIR");
+  return env != nullptr ? env : "";
+#endif
+}
+
+// Whether a learned-planner error says there is no policy for the model
+// (NoPolicyMessage), as opposed to a policy that found no plan.
+bool IsNoPolicyError(const absl::Status& status, const std::string& model) {
+  if (status.code() != absl::StatusCode::kFailedPrecondition) return false;
+  const std::string full = NoPolicyMessage(model, "");
+  const std::string prefix = full.substr(0, full.find("\": ") + 3);
+  return absl::StartsWith(status.message(), prefix);
+}
+
+// Episodes and seconds of a training curve CSV (`arachne train`): its last
+// row's `episodes` and `elapsed_s`.
+absl::StatusOr<std::pair<int64_t, double>> CurveTotals(
+    const std::filesystem::path& path) {
+  std::ifstream f(path);
+  std::string header, line, last;
+  if (!std::getline(f, header)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.string(), ": empty training curve"));
+  }
+  while (std::getline(f, line)) {
+    if (!line.empty()) last = line;
+  }
+  const std::vector<std::string> names = absl::StrSplit(header, ',');
+  const std::vector<std::string> values = absl::StrSplit(last, ',');
+  int64_t episodes = -1;
+  double elapsed = -1;
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
+    if (names[i] == "episodes" && !absl::SimpleAtoi(values[i], &episodes))
+      episodes = -1;
+    if (names[i] == "elapsed_s" && !absl::SimpleAtod(values[i], &elapsed))
+      elapsed = -1;
+  }
+  if (episodes < 0 || elapsed < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path.string(), ": no episodes and elapsed_s in its last row"));
+  }
+  return std::make_pair(episodes, elapsed);
 }
 
 int DeepestTemplate(const Plan& plan) {
@@ -194,7 +267,15 @@ void AppendCompareTable(const BenchResults& r, int si, std::string* md) {
     }
     absl::StrAppend(md, "| ", MdCell(s.compositions[ci].label), " | ",
                     s.compositions[ci].gpus, " |");
-    for (const BenchRun* run : runs) {
+    for (const std::string& planner : planners) {
+      const auto it = std::find_if(
+          runs.begin(), runs.end(),
+          [&](const BenchRun* run) { return run->planner == planner; });
+      if (it == runs.end()) {  // skipped here (see the note under the table)
+        absl::StrAppend(md, " - |");
+        continue;
+      }
+      const BenchRun* run = *it;
       const std::string time = Seconds(run->planning_time_s);
       if (run->status == RunStatus::kOk) {
         const double rel = run->prediction.throughput_iters_per_s /
@@ -348,6 +429,34 @@ void AppendCurveTable(const BenchResults& r, int si, std::string* md) {
       }
       absl::StrAppend(md, " ", run->stats.evaluations, " |\n");
     }
+    // The learned planner's evaluations above are only those at planning
+    // time; its policy scored plans in offline training before that.
+    for (const BenchRun* run : runs) {
+      if (run->planner != kLearnedPlannerName ||
+          run->status != RunStatus::kOk) {
+        continue;
+      }
+      const BenchPolicy* policy = nullptr;
+      for (const BenchPolicy& p : r.policies) {
+        if (p.model == s.model) policy = &p;
+      }
+      if (policy == nullptr) {
+        absl::StrAppend(md,
+                        "\nlearned: planning time only; the training behind "
+                        "its policy is not known (no checkpoint metadata "
+                        "found).\n");
+      } else {
+        absl::StrAppendFormat(
+            md,
+            "\nlearned: planning time only. Its policy (%s) was trained "
+            "offline before: %d rollouts (one candidate plan built and scored "
+            "each) in %s over %d run%s, on generated compositions (none of "
+            "this suite).\n",
+            policy->checkpoint, policy->training_rollouts,
+            Seconds(policy->training_wall_s), policy->training_runs,
+            policy->training_runs == 1 ? "" : "s");
+      }
+    }
   }
 }
 
@@ -485,9 +594,12 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
   BenchResults results;
   results.options = options;
   absl::StatusOr<std::vector<std::string>> planners =
-      ResolvePlanners(options.planners);
+      ResolvePlanners(options.planners, &results.skipped);
   if (!planners.ok()) return planners.status();
   results.options.planners = *planners;
+  if (results.options.policies_dir.empty()) {
+    results.options.policies_dir = DefaultBenchPoliciesDir();
+  }
   if (results.options.jobs == 0) {
     results.options.jobs =
         std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -536,17 +648,67 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
     if (!s.ok()) return s;
   }
 
-  // Every planner on every composition, scenario-major.
-  const int num_planners = static_cast<int>(results.options.planners.size());
-  results.runs.resize(compositions.size() * num_planners);
-  for (size_t i = 0; i < compositions.size(); ++i) {
-    for (int p = 0; p < num_planners; ++p) {
-      BenchRun& run = results.runs[i * num_planners + p];
-      run.scenario = compositions[i].scenario;
-      run.composition = compositions[i].composition;
-      run.planner = results.options.planners[p];
+  // The learned planner only plans models with a policy (their own
+  // checkpoint or a declared relative's). One greedy rollout on each
+  // scenario's first composition asks the factory; a scenario whose model
+  // has none leaves the planner out with a note instead of a column of
+  // failures.
+  const std::vector<std::string>& names = results.options.planners;
+  std::vector<bool> learned_skipped(results.scenarios.size(), false);
+  if (std::find(names.begin(), names.end(), kLearnedPlannerName) !=
+      names.end()) {
+    std::vector<int> first_context(results.scenarios.size(), -1);
+    for (int i = static_cast<int>(compositions.size()) - 1; i >= 0; --i) {
+      first_context[compositions[i].scenario] = i;
+    }
+    std::vector<absl::Status> probes(results.scenarios.size());
+    ParallelFor(static_cast<int>(results.scenarios.size()), jobs, [&](int si) {
+      if (first_context[si] < 0) return;
+      LearnedPlannerConfig probe_config;
+      probe_config.sampled_rollouts = 0;
+      probe_config.refinement_passes = 0;
+      LearnedPlanner probe(probe_config);
+      PlannerOptions po;
+      po.max_depth = options.max_depth;
+      po.max_templates = options.max_templates;
+      po.budget = absl::ZeroDuration();  // the greedy rollout still runs
+      probes[si] =
+          probe.Run(contexts[first_context[si]]->cost_model(), po).status();
+    });
+    for (int si = 0; si < static_cast<int>(results.scenarios.size()); ++si) {
+      const Scenario& s = results.scenarios[si];
+      if (!IsNoPolicyError(probes[si], s.model_spec.name)) continue;
+      learned_skipped[si] = true;
+      results.skipped.push_back(
+          {si, kLearnedPlannerName, std::string(probes[si].message())});
     }
   }
+  for (const BenchSkip& skip : results.skipped) {
+    log << "bench: note: " << skip.planner << " skipped"
+        << (skip.scenario < 0
+                ? std::string()
+                : absl::StrCat(" on ", results.scenarios[skip.scenario].name))
+        << ": " << skip.reason << "\n";
+  }
+
+  // Every planner on every composition, scenario-major; run_context[k] is
+  // the context of results.runs[k].
+  std::vector<int> run_context;
+  for (size_t i = 0; i < compositions.size(); ++i) {
+    for (const std::string& planner : names) {
+      if (planner == kLearnedPlannerName &&
+          learned_skipped[compositions[i].scenario]) {
+        continue;
+      }
+      BenchRun run;
+      run.scenario = compositions[i].scenario;
+      run.composition = compositions[i].composition;
+      run.planner = planner;
+      results.runs.push_back(std::move(run));
+      run_context.push_back(static_cast<int>(i));
+    }
+  }
+  const int num_planners = static_cast<int>(names.size());
   // Scatter scenarios also draw random plan structures per composition; one
   // job each, after the planner runs.
   std::vector<int> sampled_compositions;
@@ -612,7 +774,7 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
     BenchRun& run = results.runs[i];
     const Scenario& s = results.scenarios[run.scenario];
     const Composition& c = s.compositions[run.composition];
-    const CostModel& cm = contexts[i / num_planners]->cost_model();
+    const CostModel& cm = contexts[run_context[i]]->cost_model();
     PlannerOptions po;
     po.budget = absl::Seconds(options.budget_s);
     po.max_evaluations = options.max_evaluations;
@@ -673,6 +835,29 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
     log.flush();
   });
   results.wall_s = absl::ToDoubleSeconds(absl::Now() - bench_start);
+  // The offline training behind each policy the learned planner used.
+  std::set<std::string> learned_models;
+  for (const BenchRun& run : results.runs) {
+    if (run.planner == kLearnedPlannerName && run.status == RunStatus::kOk) {
+      learned_models.insert(results.scenarios[run.scenario].model);
+    }
+  }
+  for (const std::string& model : learned_models) {
+    const Scenario* scenario = nullptr;
+    for (const Scenario& s : results.scenarios) {
+      if (s.model == model) scenario = &s;
+    }
+    absl::StatusOr<BenchPolicy> policy =
+        FindPolicyTraining(results.options.policies_dir, scenario->model_spec);
+    if (policy.ok()) {
+      policy->model = model;
+      results.policies.push_back(*std::move(policy));
+    } else {
+      log << "bench: note: the learned planner's training is not reported "
+             "for "
+          << model << ": " << policy.status().message() << "\n";
+    }
+  }
   for (size_t k = 0; k < sampled_compositions.size(); ++k) {
     const CompositionRef& ref = compositions[sampled_compositions[k]];
     for (const PlanSample& p : samples[k]) {
@@ -739,6 +924,92 @@ std::string SamplesCsv(const BenchResults& r) {
   return csv;
 }
 
+std::string PoliciesCsv(const BenchResults& r) {
+  std::string csv =
+      "model,policy,checkpoint,training_runs,training_rollouts,"
+      "training_wall_s\n";
+  for (const BenchPolicy& p : r.policies) {
+    absl::StrAppend(&csv, CsvField(p.model), ",", CsvField(p.policy), ",",
+                    CsvField(p.checkpoint), ",", p.training_runs, ",",
+                    p.training_rollouts, ",", Num(p.training_wall_s), "\n");
+  }
+  return csv;
+}
+
+absl::StatusOr<BenchPolicy> FindPolicyTraining(const std::string& policies_dir,
+                                               const ModelSpec& model) {
+  std::vector<std::string> names = {model.name};
+  if (!model.policy_relative.empty() && model.policy_relative != model.name) {
+    names.push_back(model.policy_relative);
+  }
+  const std::filesystem::path dir(policies_dir);
+  std::error_code ec;
+  for (const std::string& name : names) {
+    const std::filesystem::path pt = dir / (name + ".pt");
+    const std::filesystem::path meta = dir / (name + ".json");
+    if (!std::filesystem::is_regular_file(pt, ec) ||
+        !std::filesystem::is_regular_file(meta, ec)) {
+      continue;
+    }
+    std::ifstream f(meta);
+    const nlohmann::json j = nlohmann::json::parse(f, nullptr,
+                                                   /*allow_exceptions=*/false);
+    const auto bad = [&](const std::string& what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(meta.string(), ": ", what));
+    };
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    if (!j.contains("model") || !j["model"].is_string()) {
+      return bad("no \"model\" string");
+    }
+    if (j["model"].get<std::string>() != name) continue;
+    if (!j.contains("training") || !j["training"].is_object()) {
+      return bad("no \"training\" object");
+    }
+    const nlohmann::json& t = j["training"];
+    if (!t.contains("episodes") || !t["episodes"].is_number_integer() ||
+        !t.contains("wall_s") || !t["wall_s"].is_number()) {
+      return bad("training: needs integer \"episodes\" and number \"wall_s\"");
+    }
+    BenchPolicy policy;
+    policy.model = model.name;
+    policy.policy = name;
+    policy.checkpoint = pt.string();
+    policy.training_runs = 1;
+    policy.training_rollouts = t["episodes"].get<int64_t>();
+    policy.training_wall_s = t["wall_s"].get<double>();
+    // A checkpoint trained in stages (--init) carries only its last run's
+    // figures; the earlier runs' curves are kept as <name>.<stage>.curve.csv
+    // (docs/learned-policy.md), and their rollouts count as well.
+    const std::string prefix = name + ".";
+    const std::string suffix = ".curve.csv";
+    std::vector<std::filesystem::path> stages;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string file = entry.path().filename().string();
+      if (file.size() <= prefix.size() + suffix.size() ||
+          !absl::StartsWith(file, prefix) || !absl::EndsWith(file, suffix)) {
+        continue;
+      }
+      const std::string stage = file.substr(
+          prefix.size(), file.size() - prefix.size() - suffix.size());
+      if (stage.find('.') == std::string::npos) stages.push_back(entry.path());
+    }
+    std::sort(stages.begin(), stages.end());
+    for (const std::filesystem::path& stage : stages) {
+      absl::StatusOr<std::pair<int64_t, double>> totals = CurveTotals(stage);
+      if (!totals.ok()) return totals.status();
+      ++policy.training_runs;
+      policy.training_rollouts += totals->first;
+      policy.training_wall_s += totals->second;
+    }
+    return policy;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no checkpoint with metadata for ", absl::StrJoin(names, " or "), " in ",
+      policies_dir.empty() ? std::string("(no policies directory)")
+                           : policies_dir));
+}
+
 std::string ResultsMarkdown(const BenchResults& r) {
   const BenchOptions& o = r.options;
   std::string md = absl::StrFormat(
@@ -754,6 +1025,12 @@ std::string ResultsMarkdown(const BenchResults& r) {
           ? absl::StrCat(", at most ", o.max_evaluations, " evaluations")
           : "",
       o.max_depth, o.max_templates, o.seed, o.jobs, Seconds(r.wall_s));
+  for (const BenchSkip& skip : r.skipped) {
+    if (skip.scenario < 0) {
+      absl::StrAppend(&md, "\n", skip.planner,
+                      " skipped: ", MdCell(skip.reason), ".\n");
+    }
+  }
   std::map<std::string, std::vector<int>, decltype(&FigureLess)> by_figure(
       &FigureLess);
   for (int i = 0; i < static_cast<int>(r.scenarios.size()); ++i) {
@@ -768,6 +1045,12 @@ std::string ResultsMarkdown(const BenchResults& r) {
                             PanelTitle(s.figure), s.name, s.model,
                             s.description, s.description.empty() ? "" : "\n\n");
       AppendCompareTable(r, si, &md);
+      for (const BenchSkip& skip : r.skipped) {
+        if (skip.scenario == si) {
+          absl::StrAppend(&md, "\n", skip.planner,
+                          " skipped: ", MdCell(skip.reason), "\n");
+        }
+      }
       if (s.kind == ScenarioKind::kSearchCurve) AppendCurveTable(r, si, &md);
       if (s.kind == ScenarioKind::kScatter) AppendScatterTable(r, si, &md);
     }
@@ -810,6 +1093,15 @@ absl::Status WriteBenchOutputs(const BenchResults& results,
   if (scatter) {
     if (absl::Status s =
             WriteFile((dir / "fig4_samples.csv").string(), SamplesCsv(results));
+        !s.ok()) {
+      return s;
+    }
+  }
+  const std::vector<std::string>& planners = results.options.planners;
+  if (std::find(planners.begin(), planners.end(), kLearnedPlannerName) !=
+      planners.end()) {
+    if (absl::Status s = WriteFile((dir / "learned_policies.csv").string(),
+                                   PoliciesCsv(results));
         !s.ok()) {
       return s;
     }

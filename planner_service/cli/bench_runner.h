@@ -13,6 +13,9 @@
 //   progress.csv      search_curve scenarios: best-so-far throughput after
 //                     each improvement (Figure 11)
 //   fig4_samples.csv  scatter scenarios: random plan structures (Figure 4)
+//   learned_policies.csv  when the learned planner ran: the offline training
+//                     behind each model's policy (rollouts, seconds), so
+//                     plots can show it apart from planning time
 // and, when python3 with matplotlib is available, the PNG plots that
 // bench/plot_results.py draws from those files.
 #ifndef ARACHNE_PLANNER_SERVICE_CLI_BENCH_RUNNER_H_
@@ -26,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model.h"
 #include "planner_service/core/plan.h"
 #include "planner_service/core/planner.h"
 #include "planner_service/io/scenario_io.h"
@@ -36,7 +40,9 @@ struct BenchOptions {
   std::string suite_dir;
   // Shell globs over scenario names; empty: every scenario of the suite.
   std::vector<std::string> scenario_patterns;
-  // Planner names; empty: every registered planner (PlannerNames()).
+  // Planner names; empty: every registered planner (PlannerNames(): the
+  // learned planner when a policy factory is registered). "learned" without
+  // a registered factory (a build without LibTorch) is skipped with a note.
   std::vector<std::string> planners;
   double budget_s = 60;         // per planner run
   int64_t max_evaluations = 0;  // per planner run; 0: no limit
@@ -49,7 +55,15 @@ struct BenchOptions {
   // the run ends (its directory is created), so an interrupted bench keeps
   // what it measured.
   std::string partial_csv;
+  // Where the learned planner's checkpoints and their .json metadata are,
+  // read only to report the offline training behind each policy; "" =
+  // $ARACHNE_POLICIES_DIR, else (with LibTorch) the source tree's
+  // profiles/policies: where the registered factory looks by default.
+  std::string policies_dir;
 };
+
+// The learned planner's name in PlannerNames() and results.
+inline constexpr char kLearnedPlannerName[] = "learned";
 
 enum class RunStatus { kOk, kNoPlan, kError };
 // "ok", "no_plan", "error".
@@ -81,13 +95,48 @@ struct BenchSample {
   double throughput_iters_per_s = 0;
 };
 
+// A planner left out of a scenario (scenario -1: of every scenario), e.g.
+// the learned planner for a model with no policy. Not a run: it has no row
+// in results.csv, a note in results.md and the log.
+struct BenchSkip {
+  int scenario = -1;
+  std::string planner;
+  std::string reason;
+};
+
+// The offline training behind the learned planner's policy for one model
+// (from the checkpoint's .json; earlier runs it continued from, kept as
+// `<policy>.<stage>.curve.csv` beside it, are added): the plans scored
+// before planning time, which Figure 11 shows apart from it.
+struct BenchPolicy {
+  std::string model;       // the scenario's model
+  std::string policy;      // the checkpoint's model: `model` or its relative
+  std::string checkpoint;  // path of the .pt
+  int training_runs = 0;   // `arachne train` runs (1 + earlier stages)
+  // Episodes: each builds one candidate plan, scored by its reward.
+  int64_t training_rollouts = 0;
+  double training_wall_s = 0;
+};
+
 struct BenchResults {
-  BenchOptions options;  // as run (planners and jobs resolved)
+  BenchOptions options;  // as run (planners, jobs and policies_dir resolved)
   std::vector<Scenario> scenarios;
-  std::vector<BenchRun> runs;  // scenario, composition, planner order
+  // Scenario, composition, planner order; a skipped planner has no run.
+  std::vector<BenchRun> runs;
   std::vector<BenchSample> samples;
+  std::vector<BenchSkip> skipped;
+  // One per model the learned planner planned with a policy whose metadata
+  // was found in options.policies_dir.
+  std::vector<BenchPolicy> policies;
   double wall_s = 0;
 };
+
+// The training behind `model`'s policy in `policies_dir`: the first of
+// `<model>.pt`, `<policy_relative>.pt` that exists with a `.json` naming
+// that model (the order the policy factory tries them). NotFound when
+// neither has one; InvalidArgument naming the file for malformed metadata.
+absl::StatusOr<BenchPolicy> FindPolicyTraining(const std::string& policies_dir,
+                                               const ModelSpec& model);
 
 // Loads the suite and runs it. Progress lines go to `log` as runs finish.
 // InvalidArgument / NotFound for bad options or scenario files (the message
@@ -106,9 +155,13 @@ std::string ResultsCsv(const BenchResults& results);
 std::string ResultsMarkdown(const BenchResults& results);
 std::string ProgressCsv(const BenchResults& results);
 std::string SamplesCsv(const BenchResults& results);
+// learned_policies.csv: model, policy, checkpoint, training_runs,
+// training_rollouts, training_wall_s.
+std::string PoliciesCsv(const BenchResults& results);
 
 // Writes results.csv and results.md, plus progress.csv / fig4_samples.csv
-// when the suite has search_curve / scatter scenarios, into `out_dir`
+// when the suite has search_curve / scatter scenarios and
+// learned_policies.csv when the learned planner ran, into `out_dir`
 // (created). PermissionDenied naming the path when a file cannot be written.
 absl::Status WriteBenchOutputs(const BenchResults& results,
                                const std::string& out_dir);

@@ -16,7 +16,12 @@
 namespace arachne {
 
 std::vector<std::string> PlannerNames() {
-  return {"exact", "amp", "espresso", "hexiscale", "metis", "sailor", "random"};
+  std::vector<std::string> names = {"exact", "amp",    "espresso", "hexiscale",
+                                    "metis", "sailor", "random"};
+  // Listed only where it can plan: a process that registered a policy
+  // factory (binaries built with LibTorch do at start-up).
+  if (HasLearnedPolicyFactory()) names.push_back("learned");
+  return names;
 }
 
 absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name) {
@@ -28,13 +33,12 @@ absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name) {
   if (lower == "metis") return std::make_unique<MetisPlanner>();
   if (lower == "sailor") return std::make_unique<SailorPlanner>();
   if (lower == "random") return std::make_unique<RandomPlanner>();
-  // The learned planner is not in PlannerNames(): it needs a trained policy
-  // (registered by binaries built with LibTorch) and answers
-  // FailedPrecondition naming the fallback planner where there is none.
+  // Built even without a registered policy (then not in PlannerNames()): it
+  // answers FailedPrecondition naming the fallback planner.
   if (lower == "learned") return std::make_unique<LearnedPlanner>();
   return absl::InvalidArgumentError(
-      absl::StrCat("planner: unknown planner \"", name, "\"; known: ",
-                   absl::StrJoin(PlannerNames(), ", ")));
+      absl::StrCat("planner: unknown planner \"", name,
+                   "\"; known: ", absl::StrJoin(PlannerNames(), ", ")));
 }
 
 std::string ExplainNoFit(const CostModel& cm) {

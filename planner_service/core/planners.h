@@ -13,9 +13,11 @@
 
 namespace arachne {
 
-// The search-based planners MakePlanner builds, in display order (what
-// `arachne bench` runs by default). MakePlanner also builds "learned"
-// (learned_planner.h), which needs a registered policy.
+// The planners MakePlanner builds that can run in this process, in display
+// order (what `arachne bench` runs by default): the search-based ones, then
+// "learned" (learned_planner.h) when a policy factory is registered.
+// MakePlanner builds "learned" either way; without a factory it fails with
+// FailedPrecondition when run.
 std::vector<std::string> PlannerNames();
 // InvalidArgument naming the value and the known planners when unknown.
 absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name);

@@ -1,23 +1,30 @@
 // `arachne bench`: an end-to-end run over the tiny suite in test/data/bench
 // (exact planner, a few hundred evaluations), the files it writes, the
-// markdown normalisation, the plan summary, and the errors for bad input.
+// markdown normalisation, the plan summary, and the errors for bad input;
+// the learned planner with and without a registered policy factory.
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "test/cli/cli_runner.h"
 #include "planner_service/cli/bench_runner.h"
+#include "planner_service/core/learned_planner.h"
+#include "planner_service/core/planners.h"
 #include "planner_service/io/gpu_catalog_io.h"
+#include "test/cli/cli_runner.h"
 
 namespace arachne {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 using ::arachne::testing::Cli;
@@ -315,6 +322,239 @@ TEST(BenchOutputTest, PlotsAreSkippedWithAMessageWhenTheScriptIsMissing) {
             "bench: plots skipped: plot script /nonexistent/plot_results.py "
             "not found; draw them with: python3 "
             "'/nonexistent/plot_results.py' '/tmp/out'\n");
+}
+
+// --- The learned planner in the bench ---
+
+// Uniform over the legal actions: a policy without LibTorch, so the bench's
+// handling of the learned planner is tested in every build.
+class UniformPolicy : public PolicyModel {
+ public:
+  void ActionProbabilities(const ConstructionEnv& env,
+                           absl::Span<float> probabilities) override {
+    absl::Span<const uint8_t> mask = env.LegalMask();
+    float legal = 0;
+    for (uint8_t m : mask) legal += m;
+    for (size_t a = 0; a < probabilities.size(); ++a) {
+      probabilities[a] = mask[a] ? 1.0f / legal : 0.0f;
+    }
+  }
+};
+
+// A policy for llama3-8b only; any other model gets the factory's
+// no-policy error, as a model without a checkpoint or relative does.
+PolicyModelFactory Llama3Only() {
+  return
+      [](const CostModel& cm) -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
+        if (cm.model().name != "llama3-8b") {
+          return absl::FailedPreconditionError(
+              NoPolicyMessage(cm.model().name, "no checkpoint in the test"));
+        }
+        return std::unique_ptr<PolicyModel>(std::make_unique<UniformPolicy>());
+      };
+}
+
+// A policies directory like profiles/policies: llama3-8b trained in two
+// runs (the .json holds the last run; stage1's curve the earlier one).
+std::filesystem::path FakePoliciesDir(const std::string& name) {
+  const std::filesystem::path dir = TempDir(name);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "llama3-8b.pt") << "weights";
+  std::ofstream(dir / "llama3-8b.json")
+      << R"({"format_version": 1, "model": "llama3-8b", "training": )"
+      << R"({"episodes": 1000, "compositions": 8, "seed": 2, "wall_s": 12.5}})";
+  std::ofstream(dir / "llama3-8b.stage1.curve.csv")
+      << "iteration,episodes,elapsed_s,mean_reward,best_reward,"
+         "greedy_reward,forced_probability,loss\n"
+         "1,32,0.4,0.1,0.2,0.1,0.8,0.5\n"
+         "2,500,7.5,0.3,0.4,0.2,0.7,0.1\n";
+  // Another model's curve and the last run's own curve are not stages.
+  std::ofstream(dir / "llama3-8b.curve.csv") << "iteration,episodes\n";
+  std::ofstream(dir / "llama3-70b.curve.csv") << "iteration,episodes\n";
+  return dir;
+}
+
+TEST(BenchLearnedTest, WithoutAPolicyFactoryLearnedIsNotListedAndIsSkipped) {
+  RegisterLearnedPolicyFactory(nullptr);
+  EXPECT_THAT(PlannerNames(), Not(::testing::Contains("learned")));
+  const std::filesystem::path out = TempDir("no_factory");
+
+  // Named explicitly: left out with a note, the other planners run.
+  CliRun r =
+      Cli({"bench", "--suite", TinySuite(), "--scenarios", "tiny-compare",
+           "--planners", "exact,learned", "--max-evaluations", "50", "--out",
+           out.string(), "--no-plots"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("bench: note: learned skipped: no learned "
+                               "policy in this build (it needs LibTorch: "
+                               "-DARACHNE_WITH_TORCH=ON)\n"));
+  EXPECT_THAT(r.out, HasSubstr("bench: 2 runs (2 ok, 0 no plan, 0 error)"));
+  const std::string csv = ReadFile(out / "results.csv");
+  EXPECT_THAT(csv, Not(HasSubstr(",learned,")));
+  const std::string md = ReadFile(out / "results.md");
+  EXPECT_THAT(md, HasSubstr("Planners: exact. "));
+  EXPECT_THAT(md, HasSubstr("\nlearned skipped: no learned policy in this "
+                            "build (it needs LibTorch: "
+                            "-DARACHNE_WITH_TORCH=ON).\n"));
+  EXPECT_FALSE(std::filesystem::exists(out / "learned_policies.csv"));
+
+  // Nothing else to run: bad input.
+  r = Cli({"bench", "--suite", TinySuite(), "--planners", "learned", "--out",
+           out.string()});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err,
+            "error: --planners: no planner left to run (learned: no learned "
+            "policy in this build (it needs LibTorch: "
+            "-DARACHNE_WITH_TORCH=ON))\n");
+  std::filesystem::remove_all(out);
+}
+
+class BenchWithPolicyTest : public ::testing::Test {
+ protected:
+  void SetUp() override { RegisterLearnedPolicyFactory(Llama3Only()); }
+  void TearDown() override {
+    RegisterLearnedPolicyFactory(nullptr);
+    unsetenv("ARACHNE_POLICIES_DIR");
+  }
+};
+
+TEST_F(BenchWithPolicyTest, LearnedRunsByDefaultAndIsSkippedWithoutAPolicy) {
+  EXPECT_THAT(PlannerNames(),
+              ElementsAre("exact", "amp", "espresso", "hexiscale", "metis",
+                          "sailor", "random", "learned"));
+  const std::filesystem::path policies = FakePoliciesDir("policies");
+  BenchOptions options;
+  options.suite_dir = TinySuite();
+  options.scenario_patterns = {"tiny-compare", "tiny-curve", "tiny-nofit"};
+  options.budget_s = 5;
+  options.max_evaluations = 200;
+  options.jobs = 2;
+  options.policies_dir = policies.string();
+  std::ostringstream log;
+  absl::StatusOr<BenchResults> results = RunBench(options, log);
+  ASSERT_TRUE(results.ok()) << results.status();
+  EXPECT_EQ(results->options.planners, PlannerNames());
+
+  // qwen3-32b (tiny-nofit) has no policy: one note, no learned run there.
+  const std::string note =
+      "learned planner: no policy for model \"qwen3-32b\": no checkpoint in "
+      "the test; plan with --planner exact instead "
+      "(docs/learned-policy.md, Inference)";
+  EXPECT_THAT(
+      log.str(),
+      HasSubstr("bench: note: learned skipped on tiny-nofit: " + note + "\n"));
+  ASSERT_EQ(results->skipped.size(), 1u);
+  EXPECT_EQ(results->scenarios[results->skipped[0].scenario].name,
+            "tiny-nofit");
+  EXPECT_EQ(results->skipped[0].reason, note);
+  // 4 compositions x 7 planners + learned on the 3 llama3-8b ones.
+  EXPECT_EQ(results->runs.size(), 4u * 7 + 3);
+
+  int learned = 0;
+  for (const BenchRun& run : results->runs) {
+    if (run.planner != "learned") continue;
+    ++learned;
+    EXPECT_EQ(results->scenarios[run.scenario].model, "llama3-8b");
+    EXPECT_EQ(run.status, RunStatus::kOk) << run.message;
+    EXPECT_GT(run.planning_time_s, 0);
+    EXPECT_GT(run.stats.evaluations, 0);
+    EXPECT_FALSE(run.stats.progress.empty());
+  }
+  EXPECT_EQ(learned, 3);
+
+  // Learned rows in results.csv like every planner's, with planning time and
+  // evaluations.
+  bool row = false;
+  for (const std::string& line : Lines(ResultsCsv(*results))) {
+    if (!absl::StrContains(line, ",learned,")) continue;
+    const std::vector<std::string> f = absl::StrSplit(line, ',');
+    ASSERT_GE(f.size(), 13u) << line;
+    EXPECT_EQ(f[7], "ok") << line;
+    EXPECT_GT(std::stod(f[11]), 0) << line;   // planning_time_s
+    EXPECT_GT(std::stoll(f[12]), 0) << line;  // evaluations
+    row = true;
+  }
+  EXPECT_TRUE(row);
+  EXPECT_THAT(ProgressCsv(*results),
+              HasSubstr("\ntiny-curve,11,A100 + A6000 (8 GPUs),8,learned,"));
+
+  // The training behind the policy: the .json's last run plus stage1's.
+  ASSERT_EQ(results->policies.size(), 1u);
+  EXPECT_EQ(PoliciesCsv(*results),
+            "model,policy,checkpoint,training_runs,training_rollouts,"
+            "training_wall_s\nllama3-8b,llama3-8b," +
+                (policies / "llama3-8b.pt").string() + ",2,1500,20\n");
+
+  const std::string md = ResultsMarkdown(*results);
+  EXPECT_THAT(md, HasSubstr("| composition | GPUs | exact | amp | espresso | "
+                            "hexiscale | metis | sailor | random | learned | "
+                            "best | best iter/s |\n"));
+  // The nofit composition has no learned cell.
+  EXPECT_THAT(md,
+              HasSubstr(" - | none | - |\n\nlearned skipped: " + note + "\n"));
+  EXPECT_THAT(md, HasSubstr("\nlearned: planning time only. Its policy (" +
+                            (policies / "llama3-8b.pt").string() +
+                            ") was trained offline before: 1500 rollouts "
+                            "(one candidate plan built and scored each) in "
+                            "20.0 s over 2 runs, on generated compositions "
+                            "(none of this suite).\n"));
+  std::filesystem::remove_all(policies);
+}
+
+TEST_F(BenchWithPolicyTest, CommandWritesLearnedRowsPoliciesAndCurvePlot) {
+  const std::filesystem::path policies = FakePoliciesDir("cli_policies");
+  setenv("ARACHNE_POLICIES_DIR", policies.c_str(), 1);
+  const std::filesystem::path out = TempDir("cli_learned");
+  CliRun r = Cli({"bench", "--suite", TinySuite(), "--scenarios", "tiny-curve",
+                  "--planners", "exact,learned", "--budget", "5", "--out",
+                  out.string(), "--plot-script",
+                  std::string(ARACHNE_SOURCE_DIR) + "/bench/plot_results.py"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("bench: 2 runs (2 ok, 0 no plan, 0 error)"));
+  const std::vector<std::string> csv = Lines(ReadFile(out / "results.csv"));
+  ASSERT_EQ(csv.size(), 3u);
+  EXPECT_THAT(csv[2], StartsWith("tiny-curve,11,search_curve,llama3-8b,"
+                                 "A100 + A6000 (8 GPUs),8,learned,ok,"));
+  EXPECT_EQ(ReadFile(out / "learned_policies.csv"),
+            "model,policy,checkpoint,training_runs,training_rollouts,"
+            "training_wall_s\nllama3-8b,llama3-8b," +
+                (policies / "llama3-8b.pt").string() + ",2,1500,20\n");
+  if (r.err.find("plots skipped: no python3 with matplotlib") ==
+      std::string::npos) {
+    EXPECT_GT(std::filesystem::file_size(out / "tiny-curve-curve.png"), 1000u)
+        << r.err;
+  }
+  std::filesystem::remove_all(out);
+  std::filesystem::remove_all(policies);
+}
+
+TEST(BenchLearnedTest, FindPolicyTrainingFollowsTheRelativeAndNamesBadFiles) {
+  const std::filesystem::path dir = FakePoliciesDir("find");
+  ModelSpec model;
+  model.name = "llama3-8b-long";
+  model.policy_relative = "llama3-8b";
+  absl::StatusOr<BenchPolicy> p = FindPolicyTraining(dir.string(), model);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->policy, "llama3-8b");
+  EXPECT_EQ(p->training_runs, 2);
+  EXPECT_EQ(p->training_rollouts, 1500);
+  EXPECT_DOUBLE_EQ(p->training_wall_s, 20.0);
+
+  model.policy_relative = "";
+  p = FindPolicyTraining(dir.string(), model);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(p.status().message(),
+            "no checkpoint with metadata for "
+            "llama3-8b-long in " +
+                dir.string());
+
+  std::ofstream(dir / "llama3-8b.json") << R"({"model": "llama3-8b"})";
+  model.name = "llama3-8b";
+  p = FindPolicyTraining(dir.string(), model);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.status().message(),
+            (dir / "llama3-8b.json").string() + ": no \"training\" object");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
