@@ -35,6 +35,30 @@ std::vector<std::vector<int>> AutoFill::CandidateSplits(
   return out;
 }
 
+int AutoFill::PackableReplicas(const NodePool& pool,
+                               absl::Span<const StageChoice> structure) {
+  std::vector<Stage> stages(structure.size());
+  for (size_t i = 0; i < structure.size(); ++i) {
+    stages[i].gpu_type = structure[i].gpu_type;
+    stages[i].tp = structure[i].tp;
+  }
+  NodePool free = pool;
+  std::vector<StagePlacement> placement;
+  int replicas = 0;
+  while (free.PlaceReplica(stages, &placement)) ++replicas;
+  return replicas;
+}
+
+std::vector<int> AutoFill::ReplicaCaps(const NodePool& pool,
+                                       absl::Span<const StageChoice> structure) {
+  std::vector<int> caps = {0};
+  const int packed = PackableReplicas(pool, structure);
+  int cap = 1;
+  while (cap * 2 < packed) cap *= 2;
+  for (; cap >= 1 && cap < packed; cap /= 2) caps.push_back(cap);
+  return caps;
+}
+
 double AutoFill::Price(Plan& plan, int64_t* evaluations) const {
   if (evaluations) ++*evaluations;
   if (cm_.BalanceMicroBatches(plan) != Infeasibility::kOk) return kInfeasible;

@@ -51,6 +51,18 @@ class AutoFill {
                                     int64_t* evaluations = nullptr,
                                     int max_replicas = 0) const;
 
+  // Replicas of `structure` the GPUs `pool` leaves free hold, placed by
+  // Extend's rule (what Extend packs without a cap).
+  static int PackableReplicas(const NodePool& pool,
+                              absl::Span<const StageChoice> structure);
+
+  // Replica caps worth trying for `structure` on `pool` when GPUs left idle
+  // are not billed (the usd_per_token objective): 0 (no cap: every replica
+  // that fits) first, then every power of two below the packable count,
+  // largest first. Just {0} when at most one replica fits.
+  static std::vector<int> ReplicaCaps(const NodePool& pool,
+                                      absl::Span<const StageChoice> structure);
+
   // Layer splits tried for a template (exposed for tests): proportional to
   // speed; the same with each stage capped at the layers that fit in its
   // memory; the split minimising the slowest stage within those caps; even.

@@ -61,34 +61,16 @@ class Search {
   void TryTemplate(const Plan& so_far, const NodePool& pool,
                    const std::vector<StageChoice>& structure, int level,
                    bool recurse) {
-    FillAndRecurse(so_far, pool, structure, level, recurse,
-                   /*max_replicas=*/0);
-    if (tracker_.objective() != PlannerObjective::kUsdPerToken) return;
-    // Counted on the pool rather than taken from the fill: a fill of every
-    // replica can fail (the batch does not split into that many) where
-    // fewer fit.
-    const int packed = Packable(pool, structure);
-    int cap = 1;
-    while (cap * 2 < packed) cap *= 2;
-    for (; cap >= 1 && cap < packed; cap /= 2) {
+    if (tracker_.objective() != PlannerObjective::kUsdPerToken) {
+      FillAndRecurse(so_far, pool, structure, level, recurse,
+                     /*max_replicas=*/0);
+      return;
+    }
+    // The caps come from the pool rather than from the packed fill: that
+    // fill can fail (the batch does not split into that many replicas)
+    // where fewer fit.
+    for (int cap : AutoFill::ReplicaCaps(pool, structure))
       FillAndRecurse(so_far, pool, structure, level, recurse, cap);
-    }
-  }
-
-  // Replicas of `structure` the free GPUs of `pool` hold (auto-fill's
-  // placement rule).
-  static int Packable(const NodePool& pool,
-                      const std::vector<StageChoice>& structure) {
-    std::vector<Stage> stages(structure.size());
-    for (size_t i = 0; i < structure.size(); ++i) {
-      stages[i].gpu_type = structure[i].gpu_type;
-      stages[i].tp = structure[i].tp;
-    }
-    NodePool free = pool;
-    std::vector<StagePlacement> placement;
-    int replicas = 0;
-    while (free.PlaceReplica(stages, &placement)) ++replicas;
-    return replicas;
   }
 
   // One fill of TryTemplate with at most `max_replicas` replicas (0: as

@@ -61,9 +61,18 @@ absl::StatusOr<PlanResult> RandomPlanner::Run(const CostModel& cm,
         ++*tracker.evaluation_counter();
         break;
       }
+      // Under usd_per_token the exact planner also fills each template with
+      // fewer replicas (AutoFill::ReplicaCaps); drawing the cap from the same
+      // list keeps this a uniform draw over its space. Under throughput no
+      // draw is made, so its sequence of plans is unchanged.
+      int cap = 0;
+      if (options.objective == PlannerObjective::kUsdPerToken) {
+        const std::vector<int> caps = AutoFill::ReplicaCaps(pool, s);
+        cap = caps[absl::Uniform<size_t>(rng, 0, caps.size())];
+      }
       tracker.CountTemplate();
       absl::StatusOr<FillResult> r =
-          fill.Extend(plan, pool, s, tracker.evaluation_counter());
+          fill.Extend(plan, pool, s, tracker.evaluation_counter(), cap);
       if (!r.ok()) {
         tracker.NoteFailure(std::string(r.status().message()));
         break;
