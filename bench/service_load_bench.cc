@@ -61,11 +61,7 @@ v1::Cluster ClusterMessage(const std::string& path, const GpuCatalog& catalog,
   absl::StatusOr<Cluster> cluster = LoadClusterFile(path, catalog);
   CHECK(cluster.ok()) << cluster.status();
   *gpus = cluster->total_gpus();
-  v1::Cluster message;
-  auto s = google::protobuf::util::JsonStringToMessage(
-      ClusterToJson(*cluster, catalog).dump(), &message);
-  CHECK(s.ok()) << s.ToString();
-  return message;
+  return ClusterToMessage(*cluster, catalog);
 }
 
 struct ClientResult {

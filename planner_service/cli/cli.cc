@@ -23,6 +23,7 @@
 #include "planner_service/core/search_tracker.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
+#include "planner_service/io/cluster_io.h"
 #include "planner_service/io/plan_io.h"
 #include "planner_service/io/planning_context.h"
 #include "planner_service/io/profile_io.h"
@@ -168,10 +169,7 @@ absl::Status FillRemoteInputs(const InputFlags& f, const PlanningContext& ctx,
   training->precision = std::string(PrecisionName(ctx.training().precision));
   training->recompute = std::string(RecomputeName(ctx.training().recompute));
   training->distributed_optimizer = ctx.training().distributed_optimizer;
-  for (const Node& n : ctx.cluster().nodes()) {
-    cluster->nodes.push_back(
-        {n.name, ctx.catalog().type(n.gpu_type).id, n.num_gpus, n.nic_gbps});
-  }
+  *cluster = ClusterToMessage(ctx.cluster(), ctx.catalog());
   return absl::OkStatus();
 }
 
@@ -240,9 +238,9 @@ absl::Status PrintRemotePlan(std::ostream& out, const InputFlags& f,
 
 int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
                   const PlanningContext& ctx, const std::string& planner_name,
-                  double budget_s, int max_depth, int max_templates,
-                  int64_t max_evaluations, std::ostream& out,
-                  std::ostream& err) {
+                  PlannerObjective objective, double budget_s, int max_depth,
+                  int max_templates, int64_t max_evaluations,
+                  std::ostream& out, std::ostream& err) {
   absl::StatusOr<std::unique_ptr<PlannerClient>> client = ConnectRemote(remote);
   if (!client.ok()) return Fail(err, client.status());
   PlanQuery q;
@@ -252,6 +250,7 @@ int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
     return Fail(err, s);
   }
   q.planner = planner_name;
+  q.objective = objective;
   q.budget_s = budget_s;
   q.max_depth = max_depth;
   q.max_templates = max_templates;
@@ -301,16 +300,8 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
   auto ctx = LoadContext(f);
   if (!ctx.ok()) return Fail(err, ctx.status());
   if (!remote.server.empty()) {
-    // The client's request has no objective yet: refuse rather than
-    // silently plan for throughput.
-    if (*objective != PlannerObjective::kThroughput) {
-      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                           "--objective ", objective_name,
-                           ": not supported with --server yet; plan in "
-                           "process (without --server)")));
-    }
-    return RunPlanRemote(f, remote, **ctx, planner_name, budget_s, max_depth,
-                         max_templates, max_evaluations, out, err);
+    return RunPlanRemote(f, remote, **ctx, planner_name, *objective, budget_s,
+                         max_depth, max_templates, max_evaluations, out, err);
   }
   PlannerOptions options;
   options.budget = absl::Seconds(budget_s);

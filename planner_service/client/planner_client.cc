@@ -62,7 +62,7 @@ v1::PlannerOptions OptionsToProto(const PlanQuery& q) {
   o.set_seed(q.seed);
   o.set_max_depth(q.max_depth);
   o.set_max_templates(q.max_templates);
-  o.set_objective(q.objective == PlanObjective::kUsdPerToken
+  o.set_objective(q.objective == PlannerObjective::kUsdPerToken
                       ? v1::PlannerOptions::USD_PER_TOKEN
                       : v1::PlannerOptions::THROUGHPUT);
   return o;
@@ -95,7 +95,7 @@ class GrpcPlannerClient final : public PlannerClient {
     v1::PlanRequest request;
     *request.mutable_model() = ModelRefToProto(q.model);
     *request.mutable_training() = TrainingToProto(q.training);
-    *request.mutable_cluster() = ClusterToProto(q.cluster);
+    *request.mutable_cluster() = q.cluster;
     *request.mutable_options() = OptionsToProto(q);
     grpc::ClientContext ctx;
     Prepare(&ctx, q.deadline);
@@ -111,8 +111,8 @@ class GrpcPlannerClient final : public PlannerClient {
     v1::ReplanRequest request;
     *request.mutable_model() = ModelRefToProto(q.plan.model);
     *request.mutable_training() = TrainingToProto(q.plan.training);
-    *request.mutable_current_cluster() = ClusterToProto(q.current_cluster);
-    *request.mutable_new_cluster() = ClusterToProto(q.plan.cluster);
+    *request.mutable_current_cluster() = q.current_cluster;
+    *request.mutable_new_cluster() = q.plan.cluster;
     *request.mutable_options() = OptionsToProto(q.plan);
     if (absl::Status s = PlanJsonToProto(
             q.current_plan, request.mutable_current_plan(), nullptr);
@@ -152,7 +152,7 @@ class GrpcPlannerClient final : public PlannerClient {
     v1::EvaluateRequest request;
     *request.mutable_model() = ModelRefToProto(q.model);
     *request.mutable_training() = TrainingToProto(q.training);
-    *request.mutable_cluster() = ClusterToProto(q.cluster);
+    *request.mutable_cluster() = q.cluster;
     if (absl::Status s =
             PlanJsonToProto(q.plan, request.mutable_plan(), nullptr);
         !s.ok()) {

@@ -8,144 +8,153 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "planner_service/core/node_pool.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/json_yaml.h"
+#include "planner_service/io/message_json.h"
 
 namespace arachne {
 namespace {
 
-using Json = nlohmann::json;
+using FieldErrors = MessageErrors;
 
-// Bounds that catch typos (count: 1000000000) before they allocate millions
-// of nodes; far above any real cluster.
-constexpr int kMaxGpusPerNode = 1024;
-constexpr int kMaxGroupCount = 65536;
-
-// Resolves the `gpu` field of a node or group to a catalog index. An integer
-// is taken as its decimal text, so `gpu: 3090` (which YAML reads as a number)
-// still finds the RTX-3090 alias.
-absl::StatusOr<int> ReadGpuType(const ObjectReader& r,
-                                const GpuCatalog& catalog) {
-  const Json* v = r.Find("gpu");
-  if (v == nullptr) return r.MissingError("gpu");
-  std::string name;
-  if (v->is_number_integer()) {
-    name = v->dump();
-  } else if (v->is_string() && !v->get_ref<const std::string&>().empty()) {
-    name = v->get<std::string>();
-  } else {
-    return r.Error("gpu", absl::StrCat("must be a GPU type name, got ",
-                                       DescribeJsonValue(*v)));
-  }
+absl::StatusOr<int> ResolveGpuType(const std::string& name,
+                                   const GpuCatalog& catalog,
+                                   const FieldErrors& errors,
+                                   const std::string& field) {
+  if (name.empty()) return errors.At(field, "must name a GPU type, got \"\"");
   absl::StatusOr<int> index = catalog.IndexOf(name);
-  if (!index.ok()) return r.Error("gpu", index.status().message());
+  if (!index.ok()) return errors.At(field, index.status().message());
   return *index;
+}
+
+absl::Status CheckGpuCount(int gpus, const FieldErrors& errors,
+                           const std::string& field) {
+  return errors.IntInRange(field, gpus, 1, kMaxGpusPerNode);
+}
+
+// An optional NIC speed: absent takes `fallback`; given, it must be a
+// positive number (proto3 `optional` keeps presence over the wire too, so a
+// 0 is a mistake, not a default).
+absl::StatusOr<double> NicOr(bool has, double value, double fallback,
+                             const FieldErrors& errors,
+                             const std::string& field) {
+  if (!has) return fallback;
+  if (!(value > 0)) {
+    return errors.At(field, absl::StrCat("must be a number > 0, got ", value));
+  }
+  return value;
 }
 
 }  // namespace
 
-absl::StatusOr<Cluster> ParseCluster(absl::string_view text,
-                                     absl::string_view source,
-                                     const GpuCatalog& catalog) {
-  ARACHNE_IO_ASSIGN_OR_RETURN(Json root, ParseJsonOrYaml(text, source));
-  if (root.is_null()) {
-    return FieldError(source, "",
-                      "is empty; expected a mapping with `nodes` and/or "
-                      "`node_groups`");
+absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
+                                           const GpuCatalog& catalog,
+                                           absl::string_view source,
+                                           absl::string_view path) {
+  const FieldErrors errors(source, path);
+  absl::StatusOr<double> default_nic =
+      NicOr(message.has_inter_node_gbps(), message.inter_node_gbps(),
+            kDefaultInterNodeGbps, errors, "inter_node_gbps");
+  if (!default_nic.ok()) return default_nic.status();
+
+  // Count first: a group's count is checked before any node is made.
+  int64_t total_nodes = message.nodes_size();
+  for (int g = 0; g < message.node_groups_size(); ++g) {
+    const int count = message.node_groups(g).count();
+    if (absl::Status s =
+            errors.IntInRange(IndexFieldPath("node_groups", g) + ".count",
+                              count, 1, kMaxClusterNodes);
+        !s.ok()) {
+      return s;
+    }
+    total_nodes += count;
   }
-  ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader top,
-                              ObjectReader::Create(root, source, ""));
-  ARACHNE_IO_RETURN_IF_ERROR(top.AllowOnly(
-      {"inter_node_gbps", "nodes", "node_groups", "description"}));
-  ARACHNE_IO_RETURN_IF_ERROR(top.StringOr("description", "").status());
-  ARACHNE_IO_ASSIGN_OR_RETURN(
-      const double default_nic,
-      top.NumberOr("inter_node_gbps", kDefaultInterNodeGbps, 0, true));
-  ARACHNE_IO_ASSIGN_OR_RETURN(const Json* node_list, top.ArrayOr("nodes"));
-  ARACHNE_IO_ASSIGN_OR_RETURN(const Json* group_list,
-                              top.ArrayOr("node_groups"));
+  if (total_nodes == 0) {
+    return errors.At("", "cluster has no nodes: give `nodes` and/or "
+                         "`node_groups`");
+  }
+  if (total_nodes > kMaxClusterNodes) {
+    return errors.At("", absl::StrCat("at most ", kMaxClusterNodes,
+                                      " nodes, got ", total_nodes));
+  }
 
   std::vector<Node> nodes;
+  nodes.reserve(total_nodes);
   // Node name -> the field that defined it, for collision messages.
   absl::flat_hash_map<std::string, std::string> origin_by_name;
+  const std::string prefix_path = std::string(path);
 
-  for (int i = 0; i < static_cast<int>(node_list->size()); ++i) {
-    const std::string path = IndexFieldPath("nodes", i);
-    ARACHNE_IO_ASSIGN_OR_RETURN(
-        ObjectReader r, ObjectReader::Create((*node_list)[i], source, path));
-    ARACHNE_IO_RETURN_IF_ERROR(
-        r.AllowOnly({"name", "gpu", "gpus", "nic_gbps"}));
+  for (int i = 0; i < message.nodes_size(); ++i) {
+    const v1::Node& m = message.nodes(i);
+    const std::string field = IndexFieldPath("nodes", i);
     Node n;
-    ARACHNE_IO_ASSIGN_OR_RETURN(n.name, r.String("name"));
-    ARACHNE_IO_ASSIGN_OR_RETURN(n.gpu_type, ReadGpuType(r, catalog));
-    ARACHNE_IO_ASSIGN_OR_RETURN(n.num_gpus, r.Int("gpus", 1, kMaxGpusPerNode));
-    ARACHNE_IO_ASSIGN_OR_RETURN(n.nic_gbps,
-                                r.NumberOr("nic_gbps", default_nic, 0, true));
-    auto [it, inserted] =
-        origin_by_name.emplace(n.name, JoinFieldPath(path, "name"));
+    n.name = m.name().empty() ? absl::StrCat("node-", i) : m.name();
+    absl::StatusOr<int> type =
+        ResolveGpuType(m.gpu(), catalog, errors, field + ".gpu");
+    if (!type.ok()) return type.status();
+    n.gpu_type = *type;
+    if (absl::Status s = CheckGpuCount(m.gpus(), errors, field + ".gpus");
+        !s.ok()) {
+      return s;
+    }
+    n.num_gpus = m.gpus();
+    absl::StatusOr<double> nic = NicOr(m.has_nic_gbps(), m.nic_gbps(),
+                                       *default_nic, errors, field + ".nic_gbps");
+    if (!nic.ok()) return nic.status();
+    n.nic_gbps = *nic;
+    auto [it, inserted] = origin_by_name.emplace(
+        n.name, JoinFieldPath(prefix_path, field + ".name"));
     if (!inserted) {
-      return r.Error("name", absl::StrCat("duplicate node name \"", n.name,
-                                          "\" (also ", it->second, ")"));
+      return errors.At(field + ".name",
+                       absl::StrCat("duplicate node name \"", n.name,
+                                    "\" (also ", it->second, ")"));
     }
     nodes.push_back(std::move(n));
   }
 
   absl::flat_hash_map<std::string, int> next_index_by_prefix;
-  for (int g = 0; g < static_cast<int>(group_list->size()); ++g) {
-    const std::string path = IndexFieldPath("node_groups", g);
-    ARACHNE_IO_ASSIGN_OR_RETURN(
-        ObjectReader r, ObjectReader::Create((*group_list)[g], source, path));
-    ARACHNE_IO_RETURN_IF_ERROR(r.AllowOnly(
-        {"gpu", "gpus_per_node", "count", "name_prefix", "nic_gbps"}));
-    ARACHNE_IO_ASSIGN_OR_RETURN(const int type, ReadGpuType(r, catalog));
-    ARACHNE_IO_ASSIGN_OR_RETURN(const int gpus,
-                                r.Int("gpus_per_node", 1, kMaxGpusPerNode));
-    ARACHNE_IO_ASSIGN_OR_RETURN(const int count,
-                                r.Int("count", 1, kMaxGroupCount));
-    ARACHNE_IO_ASSIGN_OR_RETURN(
-        const std::string prefix,
-        r.StringOr("name_prefix",
-                   absl::AsciiStrToLower(catalog.type(type).id)));
-    ARACHNE_IO_ASSIGN_OR_RETURN(const double nic,
-                                r.NumberOr("nic_gbps", default_nic, 0, true));
+  for (int g = 0; g < message.node_groups_size(); ++g) {
+    const v1::NodeGroup& m = message.node_groups(g);
+    const std::string field = IndexFieldPath("node_groups", g);
+    absl::StatusOr<int> type =
+        ResolveGpuType(m.gpu(), catalog, errors, field + ".gpu");
+    if (!type.ok()) return type.status();
+    if (absl::Status s =
+            CheckGpuCount(m.gpus_per_node(), errors, field + ".gpus_per_node");
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<double> nic = NicOr(m.has_nic_gbps(), m.nic_gbps(),
+                                       *default_nic, errors, field + ".nic_gbps");
+    if (!nic.ok()) return nic.status();
+    const std::string prefix =
+        m.name_prefix().empty() ? absl::AsciiStrToLower(catalog.type(*type).id)
+                                : m.name_prefix();
     int& next = next_index_by_prefix[prefix];
-    for (int k = 0; k < count; ++k) {
+    for (int k = 0; k < m.count(); ++k) {
       Node n;
       n.name = absl::StrCat(prefix, "-", next++);
-      n.gpu_type = type;
-      n.num_gpus = gpus;
-      n.nic_gbps = nic;
-      auto [it, inserted] = origin_by_name.emplace(n.name, path);
+      n.gpu_type = *type;
+      n.num_gpus = m.gpus_per_node();
+      n.nic_gbps = *nic;
+      auto [it, inserted] =
+          origin_by_name.emplace(n.name, JoinFieldPath(prefix_path, field));
       if (!inserted) {
-        return FieldError(
-            source, path,
-            absl::StrCat("generated node name \"", n.name, "\" collides with ",
-                         it->second, "; set a different name_prefix"));
+        return errors.At(field, absl::StrCat("generated node name \"", n.name,
+                                             "\" collides with ", it->second,
+                                             "; set a different name_prefix"));
       }
       nodes.push_back(std::move(n));
     }
   }
 
-  if (nodes.empty()) {
-    return FieldError(source, "",
-                      "cluster has no nodes: give `nodes` and/or "
-                      "`node_groups`");
-  }
   absl::StatusOr<Cluster> cluster = Cluster::Create(std::move(nodes), catalog);
-  if (!cluster.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": ", cluster.status().message()));
-  }
+  if (!cluster.ok()) return errors.At("", cluster.status().message());
   return cluster;
 }
 
-absl::StatusOr<Cluster> LoadClusterFile(const std::string& path,
-                                        const GpuCatalog& catalog) {
-  ARACHNE_IO_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  return ParseCluster(text, path, catalog);
-}
-
-nlohmann::json ClusterToJson(const Cluster& cluster,
+v1::Cluster ClusterToMessage(const Cluster& cluster,
                              const GpuCatalog& catalog) {
   // The most common NIC speed becomes inter_node_gbps; only nodes that
   // differ carry their own nic_gbps.
@@ -159,15 +168,41 @@ nlohmann::json ClusterToJson(const Cluster& cluster,
       common_nic = nic;
     }
   }
-  Json nodes = Json::array();
+  v1::Cluster message;
+  message.set_inter_node_gbps(common_nic);
   for (const Node& n : cluster.nodes()) {
-    Json j{{"name", n.name},
-           {"gpu", catalog.type(n.gpu_type).id},
-           {"gpus", n.num_gpus}};
-    if (n.nic_gbps != common_nic) j["nic_gbps"] = n.nic_gbps;
-    nodes.push_back(std::move(j));
+    v1::Node* m = message.add_nodes();
+    m->set_name(n.name);
+    m->set_gpu(catalog.type(n.gpu_type).id);
+    m->set_gpus(n.num_gpus);
+    if (n.nic_gbps != common_nic) m->set_nic_gbps(n.nic_gbps);
   }
-  return Json{{"inter_node_gbps", common_nic}, {"nodes", std::move(nodes)}};
+  return message;
+}
+
+absl::StatusOr<Cluster> ParseCluster(absl::string_view text,
+                                     absl::string_view source,
+                                     const GpuCatalog& catalog) {
+  v1::Cluster message;
+  if (absl::Status s = ParseMessageText(text, source, &message); !s.ok()) {
+    return s;
+  }
+  return ClusterFromMessage(message, catalog, source);
+}
+
+absl::StatusOr<Cluster> LoadClusterFile(const std::string& path,
+                                        const GpuCatalog& catalog) {
+  ARACHNE_IO_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseCluster(text, path, catalog);
+}
+
+nlohmann::json ClusterToJson(const Cluster& cluster,
+                             const GpuCatalog& catalog) {
+  nlohmann::json j = MessageToJson(ClusterToMessage(cluster, catalog));
+  // Empty fields of the explicit-node form say nothing to a reader.
+  j.erase("node_groups");
+  j.erase("description");
+  return j;
 }
 
 }  // namespace arachne

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/json_yaml.h"
+#include "planner_service/io/message_json.h"
 
 namespace arachne {
 namespace {
@@ -18,36 +19,6 @@ using Json = nlohmann::json;
 
 absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
   return absl::Status(s.code(), absl::StrCat(prefix, ": ", s.message()));
-}
-
-absl::StatusOr<MoeSpec> MoeFromJson(const ObjectReader& r) {
-  ARACHNE_IO_RETURN_IF_ERROR(
-      r.AllowOnly({"num_experts", "top_k", "expert_ffn", "shared_experts",
-                   "shared_expert_ffn", "dense_first_layers"}));
-  MoeSpec m;
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.num_experts, r.Int("num_experts", 1));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.top_k, r.Int("top_k", 1, m.num_experts));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.expert_ffn, r.Int("expert_ffn", 1));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.shared_experts,
-                              r.IntOr("shared_experts", 0, 0));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.shared_expert_ffn,
-                              r.IntOr("shared_expert_ffn", 0, 0));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.dense_first_layers,
-                              r.IntOr("dense_first_layers", 0, 0));
-  return m;
-}
-
-absl::StatusOr<MlaSpec> MlaFromJson(const ObjectReader& r) {
-  ARACHNE_IO_RETURN_IF_ERROR(
-      r.AllowOnly({"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                   "qk_rope_head_dim", "v_head_dim"}));
-  MlaSpec m;
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.q_lora_rank, r.IntOr("q_lora_rank", 0, 0));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.kv_lora_rank, r.Int("kv_lora_rank", 1));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.qk_nope_head_dim, r.Int("qk_nope_head_dim", 0));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.qk_rope_head_dim, r.Int("qk_rope_head_dim", 0));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.v_head_dim, r.Int("v_head_dim", 1));
-  return m;
 }
 
 // head_dim default shared by the catalog and HF import.
@@ -307,77 +278,118 @@ std::string ModelNameFromPath(const std::filesystem::path& file) {
 
 }  // namespace
 
-absl::StatusOr<ModelSpec> ModelFromJson(const nlohmann::json& entry,
-                                        absl::string_view source,
-                                        absl::string_view path) {
-  ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader r,
-                              ObjectReader::Create(entry, source, path));
-  ARACHNE_IO_RETURN_IF_ERROR(r.AllowOnly(
-      {"name", "architecture", "profile_name", "policy_relative", "num_layers",
-       "hidden", "num_heads", "num_kv_heads", "head_dim", "ffn", "vocab", "mlp",
-       "attention", "tied_embeddings", "moe", "mla", "source"}));
+absl::StatusOr<ModelSpec> ModelFromMessage(const v1::Model& e,
+                                           absl::string_view source,
+                                           absl::string_view path) {
+  const MessageErrors errors(source, path);
   ModelSpec m;
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.name, r.String("name"));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.architecture, r.StringOr("architecture", ""));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.profile_name,
-                              r.StringOr("profile_name", m.name));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.policy_relative,
-                              r.StringOr("policy_relative", ""));
-  // Documentation only, but must still be text.
-  ARACHNE_IO_RETURN_IF_ERROR(r.StringOr("source", "").status());
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.num_layers, r.Int("num_layers", 1));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.hidden, r.Int("hidden", 1));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.num_heads, r.Int("num_heads", 1));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.num_kv_heads,
-                              r.IntOr("num_kv_heads", m.num_heads, 1));
-  if (r.Has("head_dim")) {
-    ARACHNE_IO_ASSIGN_OR_RETURN(m.head_dim, r.Int("head_dim", 1));
-  } else {
-    ARACHNE_IO_ASSIGN_OR_RETURN(
-        m.head_dim, DefaultHeadDim(r, "hidden", m.hidden, m.num_heads));
+  if (e.name().empty()) return errors.At("name", "must not be empty");
+  m.name = e.name();
+  m.architecture = e.architecture();
+  m.profile_name = e.profile_name().empty() ? m.name : e.profile_name();
+  m.policy_relative = e.policy_relative();
+  for (const auto& [field, value] :
+       {std::pair<const char*, int64_t>{"num_layers", e.num_layers()},
+        {"hidden", e.hidden()},
+        {"num_heads", e.num_heads()},
+        {"vocab", e.vocab()}}) {
+    ARACHNE_IO_RETURN_IF_ERROR(errors.IntAtLeast(field, value, 1));
   }
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.ffn, r.IntOr("ffn", 0, 0));
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.vocab, r.Int64("vocab", 1));
+  ARACHNE_IO_RETURN_IF_ERROR(errors.IntAtLeast("num_kv_heads",
+                                               e.num_kv_heads(), 0));
+  ARACHNE_IO_RETURN_IF_ERROR(errors.IntAtLeast("head_dim", e.head_dim(), 0));
+  ARACHNE_IO_RETURN_IF_ERROR(errors.IntAtLeast("ffn", e.ffn(), 0));
+  m.num_layers = e.num_layers();
+  m.hidden = e.hidden();
+  m.num_heads = e.num_heads();
+  m.vocab = e.vocab();
+  m.num_kv_heads = e.num_kv_heads() == 0 ? m.num_heads : e.num_kv_heads();
+  if (e.head_dim() != 0) {
+    m.head_dim = e.head_dim();
+  } else if (m.hidden % m.num_heads != 0) {
+    return errors.At("hidden",
+                     absl::StrCat(m.hidden, " is not divisible by the ",
+                                  m.num_heads,
+                                  " heads; give head_dim explicitly"));
+  } else {
+    m.head_dim = m.hidden / m.num_heads;
+  }
+  m.ffn = e.ffn();
 
-  ARACHNE_IO_ASSIGN_OR_RETURN(std::string mlp, r.StringOr("mlp", "swiglu"));
-  if (mlp == "swiglu") {
+  if (e.mlp().empty() || e.mlp() == "swiglu") {
     m.mlp = MlpKind::kSwiGlu;
-  } else if (mlp == "gelu") {
+  } else if (e.mlp() == "gelu") {
     m.mlp = MlpKind::kGelu;
   } else {
-    return r.Error("mlp",
-                   absl::StrCat("must be swiglu or gelu, got \"", mlp, "\""));
+    return errors.At("mlp", absl::StrCat("must be swiglu or gelu, got \"",
+                                         e.mlp(), "\""));
   }
-  ARACHNE_IO_ASSIGN_OR_RETURN(std::string attention,
-                              r.StringOr("attention", "gqa"));
-  if (attention == "gqa") {
+  if (e.attention().empty() || e.attention() == "gqa") {
     m.attention = AttentionKind::kGqa;
-  } else if (attention == "mla") {
+  } else if (e.attention() == "mla") {
     m.attention = AttentionKind::kMla;
   } else {
-    return r.Error("attention",
-                   absl::StrCat("must be gqa or mla, got \"", attention, "\""));
+    return errors.At("attention", absl::StrCat("must be gqa or mla, got \"",
+                                               e.attention(), "\""));
   }
-  ARACHNE_IO_ASSIGN_OR_RETURN(m.tied_embeddings,
-                              r.BoolOr("tied_embeddings", false));
-  if (r.Has("moe")) {
-    ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader moe, r.Object("moe"));
-    ARACHNE_IO_ASSIGN_OR_RETURN(m.moe, MoeFromJson(moe));
+  m.tied_embeddings = e.tied_embeddings();
+  if (e.has_moe()) {
+    const v1::MoeSpec& moe = e.moe();
+    const MessageErrors me = errors.Under("moe");
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntAtLeast("num_experts", moe.num_experts(), 1));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntAtLeast("top_k", moe.top_k(), 1));
+    if (moe.top_k() > moe.num_experts()) {
+      return me.At("top_k", absl::StrCat("must be an integer <= ",
+                                         moe.num_experts(), ", got ",
+                                         moe.top_k()));
+    }
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntAtLeast("expert_ffn", moe.expert_ffn(), 1));
+    ARACHNE_IO_RETURN_IF_ERROR(
+        me.IntAtLeast("shared_experts", moe.shared_experts(), 0));
+    ARACHNE_IO_RETURN_IF_ERROR(
+        me.IntAtLeast("shared_expert_ffn", moe.shared_expert_ffn(), 0));
+    ARACHNE_IO_RETURN_IF_ERROR(
+        me.IntAtLeast("dense_first_layers", moe.dense_first_layers(), 0));
+    m.moe.num_experts = moe.num_experts();
+    m.moe.top_k = moe.top_k();
+    m.moe.expert_ffn = moe.expert_ffn();
+    m.moe.shared_experts = moe.shared_experts();
+    m.moe.shared_expert_ffn = moe.shared_expert_ffn();
+    m.moe.dense_first_layers = moe.dense_first_layers();
   }
   if (m.attention == AttentionKind::kMla) {
-    if (!r.Has("mla")) {
-      return r.Error("mla", "required when attention is mla");
-    }
-    ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader mla, r.Object("mla"));
-    ARACHNE_IO_ASSIGN_OR_RETURN(m.mla, MlaFromJson(mla));
-  } else if (r.Has("mla")) {
-    return r.Error("mla", "only allowed with attention: mla");
+    if (!e.has_mla()) return errors.At("mla", "required when attention is mla");
+    const v1::MlaSpec& mla = e.mla();
+    const MessageErrors me = errors.Under("mla");
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntAtLeast("q_lora_rank", mla.q_lora_rank(), 0));
+    ARACHNE_IO_RETURN_IF_ERROR(
+        me.IntAtLeast("kv_lora_rank", mla.kv_lora_rank(), 1));
+    ARACHNE_IO_RETURN_IF_ERROR(
+        me.IntAtLeast("qk_nope_head_dim", mla.qk_nope_head_dim(), 0));
+    ARACHNE_IO_RETURN_IF_ERROR(
+        me.IntAtLeast("qk_rope_head_dim", mla.qk_rope_head_dim(), 0));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntAtLeast("v_head_dim", mla.v_head_dim(), 1));
+    m.mla.q_lora_rank = mla.q_lora_rank();
+    m.mla.kv_lora_rank = mla.kv_lora_rank();
+    m.mla.qk_nope_head_dim = mla.qk_nope_head_dim();
+    m.mla.qk_rope_head_dim = mla.qk_rope_head_dim();
+    m.mla.v_head_dim = mla.v_head_dim();
+  } else if (e.has_mla()) {
+    return errors.At("mla", "only allowed with attention: mla");
   }
   if (absl::Status s = m.Validate(); !s.ok()) {
     return Prefixed(s, path.empty() ? std::string(source)
                                     : absl::StrCat(source, ": ", path));
   }
   return m;
+}
+
+absl::StatusOr<ModelSpec> ModelFromJson(const nlohmann::json& entry,
+                                        absl::string_view source,
+                                        absl::string_view path) {
+  v1::Model message;
+  ARACHNE_IO_RETURN_IF_ERROR(MessageFromJson(entry, source, path, &message));
+  return ModelFromMessage(message, source, path);
 }
 
 nlohmann::json ModelToJson(const ModelSpec& m) {
@@ -416,17 +428,14 @@ nlohmann::json ModelToJson(const ModelSpec& m) {
 
 absl::StatusOr<std::vector<ModelSpec>> ParseModelCatalog(
     absl::string_view text, absl::string_view source) {
-  ARACHNE_IO_ASSIGN_OR_RETURN(Json root, ParseJsonOrYaml(text, source));
-  ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader top,
-                              ObjectReader::Create(root, source, ""));
-  ARACHNE_IO_RETURN_IF_ERROR(top.AllowOnly({"models"}));
-  ARACHNE_IO_ASSIGN_OR_RETURN(const Json* rows, top.Array("models"));
+  v1::ModelCatalog catalog;
+  ARACHNE_IO_RETURN_IF_ERROR(ParseMessageText(text, source, &catalog));
   std::vector<ModelSpec> models;
   absl::flat_hash_map<std::string, int> index_by_lower_name;
-  for (int i = 0; i < static_cast<int>(rows->size()); ++i) {
+  for (int i = 0; i < catalog.models_size(); ++i) {
     const std::string path = IndexFieldPath("models", i);
-    ARACHNE_IO_ASSIGN_OR_RETURN(ModelSpec m,
-                                ModelFromJson((*rows)[i], source, path));
+    ARACHNE_IO_ASSIGN_OR_RETURN(
+        ModelSpec m, ModelFromMessage(catalog.models(i), source, path));
     auto [it, inserted] =
         index_by_lower_name.emplace(absl::AsciiStrToLower(m.name), i);
     if (!inserted) {

@@ -8,15 +8,23 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "arachne/v1/planner.pb.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/core/model.h"
 
 namespace arachne {
 
-// Reads one catalog entry (the shape of a `models:` row, see
-// docs/formats.md). Strict: unknown fields are errors; errors are
-// InvalidArgument "<source>: <path>.<field>: ...". The result passes
-// ModelSpec::Validate (whose message is prefixed with source and path).
+// Resolves a catalog entry message (arachne.v1.Model, the shape of a
+// `models:` row, see docs/formats.md): defaults for zero / empty fields,
+// range checks, then ModelSpec::Validate (whose message is prefixed with
+// source and path). Errors are InvalidArgument "<source>: <path>.<field>:
+// ...". The one reader of model entries, for models.yaml and the service.
+absl::StatusOr<ModelSpec> ModelFromMessage(const v1::Model& entry,
+                                           absl::string_view source,
+                                           absl::string_view path);
+
+// Reads one catalog entry from a tree through the schema (unknown fields
+// and wrong types are errors naming the field), then ModelFromMessage.
 absl::StatusOr<ModelSpec> ModelFromJson(const nlohmann::json& entry,
                                         absl::string_view source,
                                         absl::string_view path);
@@ -25,8 +33,8 @@ absl::StatusOr<ModelSpec> ModelFromJson(const nlohmann::json& entry,
 // name); ModelFromJson(ModelToJson(m)) == m.
 nlohmann::json ModelToJson(const ModelSpec& model);
 
-// Parses a catalog file `models: [...]` (YAML or JSON); duplicate names
-// (case-insensitive) are errors.
+// Parses a catalog file `models: [...]` (YAML or JSON) as an
+// arachne.v1.ModelCatalog; duplicate names (case-insensitive) are errors.
 absl::StatusOr<std::vector<ModelSpec>> ParseModelCatalog(
     absl::string_view text, absl::string_view source);
 

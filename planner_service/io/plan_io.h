@@ -1,5 +1,6 @@
 // Plan files: the JSON a planner writes (plan + prediction) and reads back
-// (plan only) for simulation, migration and comparison.
+// (plan only) for simulation, migration and comparison. A plan file is the
+// JSON mapping of arachne.v1.PlanDocument (proto/arachne/v1/planner.proto):
 //
 // {
 //   "model": "llama3-8b",
@@ -8,18 +9,17 @@
 //   "iteration_time_s": 5.1, "throughput_iters_per_s": 0.196,
 //   "tokens_per_s": 822000, "mfu": 0.41, "usd_per_hour": 120.5,
 //   "max_memory_gib": 37.2, "unused_gpus": 0,
-//   "breakdown": {"compute_s": .., "tp_comm_s": .., "p2p_s": .., "bubble_s":
-//   ..,
-//                 "dp_sync_s": .., "all_to_all_s": .., "optimizer_s": ..},
+//   "breakdown": {"compute_s": .., "tp_comm_s": .., "p2p_s": ..,
+//                 "bubble_s": .., "dp_sync_s": .., "all_to_all_s": ..,
+//                 "optimizer_s": ..},
 //   "templates": [{
 //     "replicas": 2, "micro_batch_size": 1, "micro_batches": 64,
 //     "total_micro_batches": 128,
 //     "stages": [{"gpu_type": "A100-40GB", "tp": 4, "layers": [0, 16],
 //                 "memory_gib": 35.1,
 //                 "expert_tiling": {"ep": 4, "etp": 1, "edp": 2}}],  // MoE
-//                 only
-//     "placement": [[{"node": "a100-40gb-0", "gpus": [0, 1, 2, 3]}, ...],  //
-//     replica 0
+//     "placement": [{"stages": [{"node": "a100-40gb-0",
+//                                "gpus": [0, 1, 2, 3]}, ...]},  // replica 0
 //                   ...]
 //   }]
 // }
@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "arachne/v1/planner.pb.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/core/cluster.h"
 #include "planner_service/core/gpu_catalog.h"
@@ -40,7 +41,28 @@
 
 namespace arachne {
 
-// The plan and its prediction in the shape above. GPU types are written as
+// The plan file message of a plan and its prediction.
+v1::PlanDocument PlanToDocument(const Plan& plan, const Prediction& prediction,
+                                const Cluster& cluster,
+                                const GpuCatalog& catalog,
+                                const ModelSpec& model,
+                                const TrainingConfig& training);
+
+// Resolves the templates of a plan message against `cluster` (nodes by
+// name) and `catalog` (GPU types by id or alias): the one reader of plans,
+// for files (PlanFromJson) and the service's requests alike. Checks
+// structure only (tp >= 1, 0 <= begin < end, one placement row per replica
+// and entry per stage, tp GPUs per entry, known nodes and GPU types);
+// whether the plan is feasible is core's validation. Errors are
+// InvalidArgument "<source>: <path>.templates[i].placement[r].stages[s]
+// .node: unknown node \"x\" (not in the cluster)" and the like (without
+// "<source>: " when `source` is empty).
+absl::StatusOr<Plan> PlanFromMessage(
+    const google::protobuf::RepeatedPtrField<v1::Template>& templates,
+    const Cluster& cluster, const GpuCatalog& catalog,
+    absl::string_view source, absl::string_view path = "");
+
+// PlanToDocument as a tree, in the shape above. GPU types are written as
 // canonical ids, nodes by name. `memory_gib` is written when `prediction`
 // holds stage_memory for the stage; `expert_tiling` only for MoE models. The
 // caller adds fields such as "planner" and "planning_time_s".
@@ -49,17 +71,11 @@ nlohmann::json PlanToJson(const Plan& plan, const Prediction& prediction,
                           const ModelSpec& model,
                           const TrainingConfig& training);
 
-// Reads the `templates` of a plan JSON back into a Plan. Top-level fields
-// other than `templates` (predictions, model, planner, ...) are outputs and
-// ignored; inside templates, stages and placement entries unknown fields are
-// errors. Node names resolve through `cluster`, GPU types (ids or aliases)
-// through `catalog`. `micro_batches` may stand in for `total_micro_batches`
-// (total = micro_batches * replicas); when both are given they must agree.
-// Checks structure only (shapes, types, ranges such as tp >= 1 and
-// 0 <= begin < end, one placement entry per replica and stage, tp GPUs per
-// entry); whether the plan is feasible is core's validation. Errors are
-// InvalidArgument "<source>: templates[i].placement[r][s].node: unknown node
-// \"x\"" and the like.
+// Reads a plan JSON as a PlanDocument (strictly: unknown fields anywhere are
+// errors; the outputs at the top level, such as the prediction and
+// `planner`, are read and ignored) and its templates with PlanFromMessage.
+// A replica's placement may also be the bare list of its stages (the pre-v1
+// shape, [[{node, gpus}, ...], ...]).
 absl::StatusOr<Plan> PlanFromJson(const nlohmann::json& json,
                                   const Cluster& cluster,
                                   const GpuCatalog& catalog,

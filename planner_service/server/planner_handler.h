@@ -1,10 +1,13 @@
 // The planning service's handler interface, in the project's own types: no
-// protobuf or gRPC here, so the implementation is testable without a server
-// and the RPC glue (planner_service.h) only converts messages.
+// gRPC here, so the implementation is testable without a server and the RPC
+// glue (planner_service.h) only converts messages.
 //
-// Plans cross this interface in the CLI's plan JSON format (plan_io.h,
+// Inputs are read by the same code that reads files, so the service and the
+// CLI cannot drift apart: a cluster is the schema's Cluster message, which
+// the handler resolves with ClusterFromMessage (cluster_io.h) like a cluster
+// file; plans cross this interface as plan files (plan_io.h,
 // docs/formats.md), the one serialization `arachne plan` and `arachne
-// evaluate` use, so the service and the CLI cannot drift apart.
+// evaluate` use.
 #ifndef ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_H_
 #define ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_H_
 
@@ -15,25 +18,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "arachne/v1/planner.pb.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
+#include "planner_service/core/planner.h"
 
 namespace arachne {
 
-// A node as a client names it; resolved against the GPU catalog by the
-// handler.
-struct NodeSpec {
-  std::string name;  // "" = "node-<index>"
-  std::string gpu;   // GPU type id or alias
-  int gpus = 0;
-  double nic_gbps = 0;  // 0 = ClusterSpec::inter_node_gbps
-};
-
-struct ClusterSpec {
-  double inter_node_gbps = 0;  // 0 = kDefaultInterNodeGbps
-  std::vector<NodeSpec> nodes;
-};
+// A cluster as a client names it (GPU types by name, nodes and node
+// groups): the message a cluster file is read into.
+using ClusterSpec = v1::Cluster;
 
 // A catalog model by name, or a Hugging Face config.json text named `name`.
 struct ModelRef {
@@ -51,8 +46,6 @@ struct TrainingSpec {
   bool distributed_optimizer = false;
 };
 
-enum class PlanObjective { kThroughput, kUsdPerToken };
-
 struct PlanQuery {
   ModelRef model;
   TrainingSpec training;
@@ -63,7 +56,7 @@ struct PlanQuery {
   uint64_t seed = 0;      // 0 = 1
   int max_depth = 0;      // 0 = 16
   int max_templates = 0;  // 0 = 3
-  PlanObjective objective = PlanObjective::kThroughput;
+  PlannerObjective objective = PlannerObjective::kThroughput;
   // When the caller stops waiting: the search budget is capped so that the
   // answer (the best plan so far) is ready before it.
   absl::Time deadline = absl::InfiniteFuture();
@@ -141,9 +134,10 @@ class PlannerHandler {
 
   // Best plan for the query. InvalidArgument naming the field for bad input
   // ("cluster.nodes[2].gpu: unknown GPU type \"X\" ..."), FailedPrecondition
-  // saying why when the model fits on no plan, Unimplemented for the
-  // USD_PER_TOKEN objective, DeadlineExceeded when the deadline or a
-  // cancellation came before any plan was found.
+  // saying why when the model fits on no plan (or, for the USD_PER_TOKEN
+  // objective, when a GPU type of the cluster has no price),
+  // DeadlineExceeded when the deadline or a cancellation came before any
+  // plan was found.
   virtual absl::StatusOr<PlanAnswer> Plan(const PlanQuery& query) = 0;
 
   // Prediction of the query's plan. InvalidArgument naming the field for a

@@ -15,6 +15,7 @@
 #include "planner_service/core/plan_validation.h"
 #include "planner_service/core/planner.h"
 #include "planner_service/core/planners.h"
+#include "planner_service/io/cluster_io.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
@@ -31,8 +32,6 @@ absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
 constexpr int kMaxDepthLimit = 64;
 // Bounds on what one request may describe, so that no request can make the
 // planner allocate without limit (the largest real nodes hold 8-72 GPUs).
-constexpr int kMaxGpusPerNode = 128;
-constexpr int kMaxNodes = 4096;
 constexpr int kMaxTemplatesLimit = 16;
 // Time kept back from the caller's deadline to serialize and send the answer.
 constexpr absl::Duration kDeadlineReserve = absl::Milliseconds(20);
@@ -93,63 +92,8 @@ absl::StatusOr<std::unique_ptr<PlannerHandlerImpl>> PlannerHandlerImpl::Create(
 
 absl::StatusOr<Cluster> PlannerHandlerImpl::ResolveCluster(
     const ClusterSpec& spec, absl::string_view field_name) const {
-  if (spec.inter_node_gbps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field_name,
-        ".inter_node_gbps: must be > 0 (or 0 for the default), got ",
-        spec.inter_node_gbps));
-  }
-  if (spec.nodes.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field_name, ".nodes: the cluster is empty"));
-  }
-  if (spec.nodes.size() > static_cast<size_t>(kMaxNodes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field_name, ".nodes: at most ", kMaxNodes, " nodes, got ",
-                     spec.nodes.size()));
-  }
-  const double inter =
-      spec.inter_node_gbps > 0 ? spec.inter_node_gbps : kDefaultInterNodeGbps;
-  std::vector<Node> nodes;
-  nodes.reserve(spec.nodes.size());
-  for (size_t i = 0; i < spec.nodes.size(); ++i) {
-    const NodeSpec& n = spec.nodes[i];
-    const std::string field = absl::StrCat(field_name, ".nodes[", i, "]");
-    absl::StatusOr<int> type = catalog_.IndexOf(n.gpu);
-    if (!type.ok()) {
-      std::vector<std::string> ids;
-      for (const GpuType& t : catalog_.types()) ids.push_back(t.id);
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".gpu: unknown GPU type \"", n.gpu,
-                       "\" (known: ", absl::StrJoin(ids, ", "), ")"));
-    }
-    if (n.gpus <= 0 || n.gpus > kMaxGpusPerNode) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".gpus: must be in 1..", kMaxGpusPerNode, ", got ", n.gpus));
-    }
-    if (n.nic_gbps < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".nic_gbps: must be > 0 (or 0 for inter_node_gbps), got ",
-          n.nic_gbps));
-    }
-    Node node;
-    node.name = n.name.empty() ? absl::StrCat("node-", i) : n.name;
-    node.gpu_type = *type;
-    node.num_gpus = n.gpus;
-    node.nic_gbps = n.nic_gbps > 0 ? n.nic_gbps : inter;
-    nodes.push_back(std::move(node));
-  }
-  absl::StatusOr<Cluster> cluster = Cluster::Create(std::move(nodes), catalog_);
-  if (!cluster.ok()) {
-    // Core's messages already name the node ("cluster: ..."); keep the code
-    // InvalidArgument whatever core chose, since the input is the client's.
-    if (field_name == "cluster") {
-      return absl::InvalidArgumentError(cluster.status().message());
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat(field_name, ": ", cluster.status().message()));
-  }
-  return cluster;
+  // The reader of cluster files, so a request and a file mean the same.
+  return ClusterFromMessage(spec, catalog_, "", field_name);
 }
 
 absl::StatusOr<ModelSpec> PlannerHandlerImpl::ResolveModel(
@@ -182,11 +126,6 @@ absl::StatusOr<ModelSpec> PlannerHandlerImpl::ResolveModel(
 }
 
 absl::Status PlannerHandlerImpl::CheckPlanOptions(const PlanQuery& q) {
-  if (q.objective == PlanObjective::kUsdPerToken) {
-    return absl::UnimplementedError(
-        "options.objective: USD_PER_TOKEN is not implemented yet; use "
-        "THROUGHPUT");
-  }
   const std::string planner_name = q.planner.empty() ? "exact" : q.planner;
   absl::StatusOr<std::unique_ptr<Planner>> planner = MakePlanner(planner_name);
   if (!planner.ok()) {
@@ -258,6 +197,7 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::RunPlanner(
   }
   options.budget = budget;
   options.max_evaluations = q.max_evaluations;
+  options.objective = q.objective;
   if (q.seed != 0) options.seed = q.seed;
   if (q.max_depth > 0) options.max_depth = q.max_depth;
   if (q.max_templates > 0) options.max_templates = q.max_templates;

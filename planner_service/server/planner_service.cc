@@ -279,8 +279,8 @@ PlanQuery PlanQueryFromProto(const v1::ModelRef& model,
   q.max_depth = o.max_depth();
   q.max_templates = o.max_templates();
   q.objective = o.objective() == v1::PlannerOptions::USD_PER_TOKEN
-                    ? PlanObjective::kUsdPerToken
-                    : PlanObjective::kThroughput;
+                    ? PlannerObjective::kUsdPerToken
+                    : PlannerObjective::kThroughput;
   return q;
 }
 
@@ -306,7 +306,7 @@ grpc::ServerUnaryReactor* PlannerService::Plan(
   return RunOnPool(context, "Plan", [this, request, response](Call& call) {
     PlanQuery q = PlanQueryFromProto(request->model(), request->training(),
                                      request->options());
-    q.cluster = ClusterFromProto(request->cluster());
+    q.cluster = request->cluster();
     q.deadline = call.deadline();
     q.cancelled = call.cancelled();
     q.request_id = call.request_id();
@@ -323,11 +323,11 @@ grpc::ServerUnaryReactor* PlannerService::Replan(
     ReplanQuery q;
     q.plan = PlanQueryFromProto(request->model(), request->training(),
                                 request->options());
-    q.plan.cluster = ClusterFromProto(request->new_cluster());
+    q.plan.cluster = request->new_cluster();
     q.plan.deadline = call.deadline();
     q.plan.cancelled = call.cancelled();
     q.plan.request_id = call.request_id();
-    q.current_cluster = ClusterFromProto(request->current_cluster());
+    q.current_cluster = request->current_cluster();
     q.current_plan = PlanProtoToJson(request->current_plan());
     absl::StatusOr<ReplanAnswer> a = handler_->Replan(q);
     if (!a.ok()) return a.status();
@@ -367,7 +367,7 @@ grpc::ServerUnaryReactor* PlannerService::Evaluate(
     EvaluateQuery q;
     q.model = ModelRefFromProto(request->model());
     q.training = TrainingFromProto(request->training());
-    q.cluster = ClusterFromProto(request->cluster());
+    q.cluster = request->cluster();
     q.plan = PlanProtoToJson(request->plan());
     q.request_id = call.request_id();
     absl::StatusOr<EvaluateAnswer> a = handler_->Evaluate(q);

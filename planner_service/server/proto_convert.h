@@ -1,7 +1,8 @@
 // Conversions between arachne.v1 messages and the handler's project types
-// (planner_handler.h). Plans go through the protobuf JSON mapping: the
-// proto's field names are the CLI plan JSON's, so only the placement shape
-// ([{stages: [...]}] vs [[...]]) is rewritten here.
+// (planner_handler.h). Clusters need none (the handler takes the schema's
+// Cluster and resolves it with ClusterFromMessage, as files are); plans
+// cross the handler as plan files (PlanDocument's JSON mapping), so they
+// convert through message_json.
 #ifndef ARACHNE_PLANNER_SERVICE_SERVER_PROTO_CONVERT_H_
 #define ARACHNE_PLANNER_SERVICE_SERVER_PROTO_CONVERT_H_
 
@@ -14,29 +15,28 @@
 
 namespace arachne {
 
-ClusterSpec ClusterFromProto(const v1::Cluster& cluster);
 ModelRef ModelRefFromProto(const v1::ModelRef& model);
 TrainingSpec TrainingFromProto(const v1::TrainingConfig& training);
 
-// The CLI plan JSON (PlanToJson's shape) as a Plan message; with
-// `prediction`, also its top-level prediction fields and per-stage memory.
-// Internal when the JSON does not map (a bug: the handler produced it).
+// A plan file tree (PlanDocument's mapping, as the handler answers) as a
+// Plan message; with `prediction`, also its top-level prediction fields and
+// per-stage memory. Internal when the JSON does not map (a bug: the handler
+// produced it).
 absl::Status PlanJsonToProto(const nlohmann::json& cli_json, v1::Plan* plan,
                              v1::Prediction* prediction);
 
-// A Plan message in the CLI plan JSON shape, for PlanFromJson.
+// A Plan message as a tree, for PlanFromJson.
 nlohmann::json PlanProtoToJson(const v1::Plan& plan);
 
 // The other direction, for clients (planner_service/client).
-v1::Cluster ClusterToProto(const ClusterSpec& cluster);
 v1::ModelRef ModelRefToProto(const ModelRef& model);
 v1::TrainingConfig TrainingToProto(const TrainingSpec& training);
 
-// A Plan and Prediction message in the CLI plan JSON shape PlanToJson
-// writes (without its `model` and `training`): placement as [[...]],
-// `memory_gib` per stage (from `prediction.stage_memory`), `unused_gpus`,
-// and the prediction's fields at the top level. Doubles pass unchanged, so
-// a client prints what an in-process run prints.
+// A Plan and Prediction message as the plan file PlanToJson writes (without
+// its `model` and `training`): `memory_gib` per stage (from
+// `prediction.stage_memory`), `unused_gpus`, and the prediction's fields at
+// the top level. Doubles pass unchanged, so a client prints what an
+// in-process run prints.
 nlohmann::json PlanProtoToCliJson(const v1::Plan& plan,
                                   const v1::Prediction& prediction);
 

@@ -1,6 +1,7 @@
 // `arachne plan --objective`: throughput versus $ per token on the smallest
 // heterogeneous example (4 x A100-40GB at $1.48/h, 4 x A6000 at $2.00/h),
-// and the errors for a bad value, --server and an unpriced GPU type.
+// and the errors for a bad value and an unpriced GPU type (the objective
+// over --server: test/client/remote_cli_test.cc).
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -63,16 +64,6 @@ TEST(ObjectiveCliTest, UnknownObjectiveIsBadInputNamingFlagAndValue) {
   EXPECT_THAT(r.err, HasSubstr("--objective: unknown value \"cheapest\"; "
                                "expected throughput or usd_per_token"));
   EXPECT_EQ(r.out, "");
-}
-
-TEST(ObjectiveCliTest, UsdPerTokenWithServerIsRefusedNotIgnored) {
-  // Refused before connecting: the request has no objective field yet.
-  CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster",
-                  Source("examples/small-8.yaml"), "--objective",
-                  "usd_per_token", "--server", "127.0.0.1:1"});
-  EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--objective usd_per_token: not supported "
-                               "with --server yet"));
 }
 
 TEST(ObjectiveCliTest, UnpricedGpuTypeIsBadInputUnderUsdPerToken) {

@@ -22,8 +22,19 @@ namespace {
 
 using ::testing::HasSubstr;
 
+void AddNode(ClusterSpec* cluster, const std::string& name,
+             const std::string& gpu, int gpus) {
+  v1::Node* node = cluster->add_nodes();
+  node->set_name(name);
+  node->set_gpu(gpu);
+  node->set_gpus(gpus);
+}
+
 ClusterSpec TwoH100Nodes() {
-  return {0, {{"h0", "H100-80GB", 8, 0}, {"h1", "H100", 8, 0}}};
+  ClusterSpec cluster;
+  AddNode(&cluster, "h0", "H100-80GB", 8);
+  AddNode(&cluster, "h1", "H100", 8);
+  return cluster;
 }
 
 PlanQuery SmallQuery() {
@@ -97,7 +108,7 @@ TEST_F(PlannerClientTest, ReplanEqualsTheHandlersAnswer) {
   ASSERT_TRUE(planned.ok()) << planned.status();
   ReplanQuery q;
   q.plan = SmallQuery();
-  q.plan.cluster.nodes.push_back({"h2", "H100-80GB", 8, 0});  // a join
+  AddNode(&q.plan.cluster, "h2", "H100-80GB", 8);  // a join
   q.current_cluster = TwoH100Nodes();
   q.current_plan = planned->plan;
   auto remote = Client()->Replan(q);
@@ -117,7 +128,7 @@ TEST_F(PlannerClientTest, ReplanEqualsTheHandlersAnswer) {
 
 TEST_F(PlannerClientTest, ServerErrorsKeepCodeAndNameTheServer) {
   PlanQuery q = SmallQuery();
-  q.cluster.nodes[1].gpu = "X";
+  q.cluster.mutable_nodes(1)->set_gpu("X");
   auto answer = Client()->Plan(q);
   EXPECT_EQ(answer.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(answer.status().message(),

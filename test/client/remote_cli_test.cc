@@ -84,6 +84,20 @@ TEST_F(RemoteCliTest, PlanJsonEqualsInProcess) {
   }
 }
 
+TEST_F(RemoteCliTest, UsdPerTokenObjectiveTravelsToTheServer) {
+  // small-8: 4 A100 + 4 A6000. The cheapest plan per token leaves the
+  // A6000s idle (objective_cli_test), in process and over the service.
+  const auto args = With(PlanArgs(Example("small-8.yaml")),
+                         {"--format", "json", "--objective", "usd_per_token"});
+  CliRun local = Cli(args);
+  ASSERT_EQ(local.code, 0) << local.err;
+  CliRun remote = Cli(With(args, Remote()));
+  ASSERT_EQ(remote.code, 0) << remote.err;
+  const nlohmann::json j = JsonWithoutTiming(remote.out);
+  EXPECT_EQ(j, JsonWithoutTiming(local.out));
+  EXPECT_EQ(j["unused_gpus"], 4);
+}
+
 TEST_F(RemoteCliTest, PlanTableEqualsInProcess) {
   const auto args = PlanArgs(Example("small-8.yaml"));
   CliRun local = Cli(args);

@@ -109,7 +109,7 @@ TEST_F(ClusterIoTest, ZeroGpus) {
 TEST_F(ClusterIoTest, AbsurdCountIsRejectedBeforeAllocating) {
   EXPECT_EQ(ErrorOf("node_groups: [{gpu: H100, gpus_per_node: 4, count: "
                     "1000000000}]\n"),
-            "cluster.yaml: node_groups[0].count: must be an integer <= 65536, "
+            "cluster.yaml: node_groups[0].count: must be an integer <= 4096, "
             "got 1000000000");
 }
 
@@ -155,7 +155,7 @@ node_groups:
 TEST_F(ClusterIoTest, WrongTypesAndUnknownFields) {
   EXPECT_EQ(
       ErrorOf("nodes: [{name: n, gpu: H100, gpus: four}]\n"),
-      "cluster.yaml: nodes[0].gpus: must be an integer > 0, got \"four\"");
+      "cluster.yaml: nodes[0].gpus: must be an integer, got \"four\"");
   EXPECT_EQ(ErrorOf("nodes: [{name: n, gpu_typ: H100, gpus: 4}]\n"),
             "cluster.yaml: nodes[0]: unknown field \"gpu_typ\" (allowed: name, "
             "gpu, gpus, nic_gbps)");
@@ -173,9 +173,34 @@ TEST_F(ClusterIoTest, WrongTypesAndUnknownFields) {
       "cluster.yaml: inter_node_gbps: must be a number > 0, got 0");
   EXPECT_EQ(ErrorOf("nodes: [{name: n, gpu: H100, gpus: 4, nic_gbps: -1}]\n"),
             "cluster.yaml: nodes[0].nic_gbps: must be a number > 0, got -1");
-  EXPECT_EQ(
-      ErrorOf("nodes: [{name: \"\", gpu: H100, gpus: 4}]\n"),
-      "cluster.yaml: nodes[0].name: must be a non-empty string, got \"\"");
+  EXPECT_EQ(ErrorOf("nodes: [{name: n, gpu: H100, gpus: 4.5}]\n"),
+            "cluster.yaml: nodes[0].gpus: must be an integer, got 4.5");
+  EXPECT_EQ(ErrorOf("nodes: [{name: n, gpu: H100, gpus: 4294967296}]\n"),
+            "cluster.yaml: nodes[0].gpus: must be an integer in "
+            "[-2147483648, 2147483647], got 4294967296");
+  EXPECT_EQ(ErrorOf("nodes: [{name: n, gpu: [H100], gpus: 4}]\n"),
+            "cluster.yaml: nodes[0].gpu: must be a string, got [\"H100\"]");
+}
+
+TEST_F(ClusterIoTest, UnnamedNodesAreNumberedAsOverRpc) {
+  // The schema's rule, the same for files and requests.
+  absl::StatusOr<Cluster> c = Parse(
+      "nodes: [{gpu: H100, gpus: 4}, {name: \"\", gpu: H100, gpus: 4}]\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->node(0).name, "node-0");
+  EXPECT_EQ(c->node(1).name, "node-1");
+}
+
+TEST_F(ClusterIoTest, LowerCamelCaseNamesOfTheMappingAreAccepted) {
+  absl::StatusOr<Cluster> c = Parse(
+      "interNodeGbps: 200\nnodeGroups: [{gpu: H100, gpusPerNode: 4, "
+      "count: 2}]\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_nodes(), 2);
+  EXPECT_DOUBLE_EQ(c->node(1).nic_gbps, 200);
+  EXPECT_EQ(ErrorOf("nodes: []\nnodes_groups: []\n"),
+            "cluster.yaml: unknown field \"nodes_groups\" (allowed: "
+            "inter_node_gbps, nodes, node_groups, description)");
 }
 
 TEST_F(ClusterIoTest, MalformedInputNamesLine) {

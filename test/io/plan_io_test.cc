@@ -1,4 +1,5 @@
 #include "planner_service/io/plan_io.h"
+#include "planner_service/io/message_json.h"
 
 #include <string>
 
@@ -130,9 +131,9 @@ TEST_F(PlanIoTest, WritesTheDocumentedShape) {
   EXPECT_EQ(t0["stages"][0]["layers"], Json::parse("[0, 12]"));
   EXPECT_DOUBLE_EQ(t0["stages"][0]["memory_gib"].get<double>(), 33.5);
   EXPECT_FALSE(t0["stages"][0].contains("expert_tiling"));  // dense model
-  EXPECT_EQ(t0["placement"][1][0],
+  EXPECT_EQ(t0["placement"][1]["stages"][0],
             Json::parse(R"({"node": "a6000-0", "gpus": [2, 3]})"));
-  EXPECT_EQ(t0["placement"][1][1],
+  EXPECT_EQ(t0["placement"][1]["stages"][1],
             Json::parse(R"({"node": "a100-0", "gpus": [2, 3]})"));
 }
 
@@ -190,11 +191,38 @@ TEST_F(PlanIoTest, MicroBatchesMayStandInForTotal) {
             "\"total_micro_batches\"");
 }
 
-TEST_F(PlanIoTest, UnknownNodeNamesThePath) {
+TEST_F(PlanIoTest, ReadsThePreV1PlacementRows) {
+  // Plan files written before the schema gave a replica as the bare list
+  // of its stages; they still read, to the same plan.
   Json j = ToJson();
+  for (Json& t : j["templates"]) {
+    for (Json& row : t["placement"]) row = Json(row["stages"]);
+  }
+  ASSERT_TRUE(j["templates"][0]["placement"][1].is_array());
+  absl::StatusOr<Plan> p = PlanFromJson(j, cluster_, catalog_, "plan.json");
+  ASSERT_TRUE(p.ok()) << p.status();
+  ExpectSamePlan(*p, plan_);
   j["templates"][0]["placement"][1][0]["node"] = "a6000-9";
   EXPECT_EQ(ErrorOf(j),
-            "plan.json: templates[0].placement[1][0].node: unknown node "
+            "plan.json: templates[0].placement[1].stages[0].node: unknown "
+            "node \"a6000-9\" (not in the cluster)");
+}
+
+TEST_F(PlanIoTest, WrittenFilesAreThePlanDocumentMessage) {
+  v1::PlanDocument document;
+  ASSERT_TRUE(MessageFromJson(ToJson(), "plan.json", "", &document).ok());
+  EXPECT_EQ(document.model(), model_.name);
+  ASSERT_EQ(document.templates_size(), 2);
+  EXPECT_EQ(document.templates(0).placement(1).stages(0).node(), "a6000-0");
+  EXPECT_EQ(document.templates(0).total_micro_batches(), 13);
+  EXPECT_FALSE(document.has_planner());  // the caller's to add
+}
+
+TEST_F(PlanIoTest, UnknownNodeNamesThePath) {
+  Json j = ToJson();
+  j["templates"][0]["placement"][1]["stages"][0]["node"] = "a6000-9";
+  EXPECT_EQ(ErrorOf(j),
+            "plan.json: templates[0].placement[1].stages[0].node: unknown node "
             "\"a6000-9\" (not in the cluster)");
 }
 
@@ -233,20 +261,20 @@ TEST_F(PlanIoTest, StructuralErrors) {
             "(2), got 1");
 
   j = ToJson();
-  j["templates"][0]["placement"][0][1]["gpus"] = {0};
+  j["templates"][0]["placement"][0]["stages"][1]["gpus"] = {0};
   EXPECT_EQ(ErrorOf(j),
-            "plan.json: templates[0].placement[0][1].gpus: must list tp = 2 "
+            "plan.json: templates[0].placement[0].stages[1].gpus: must list tp = 2 "
             "GPUs, got 1");
 
   j = ToJson();
-  j["templates"][0]["placement"][0][1]["gpus"] = {0, -1};
+  j["templates"][0]["placement"][0]["stages"][1]["gpus"] = {0, -1};
   EXPECT_EQ(ErrorOf(j),
-            "plan.json: templates[0].placement[0][1].gpus[1]: must be a GPU "
+            "plan.json: templates[0].placement[0].stages[1].gpus[1]: must be a GPU "
             "index >= 0, got -1");
 
   j = ToJson();
-  j["templates"][0]["placement"][0][0]["rank"] = 3;
-  EXPECT_THAT(ErrorOf(j), HasSubstr("plan.json: templates[0].placement[0][0]: "
+  j["templates"][0]["placement"][0]["stages"][0]["rank"] = 3;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("plan.json: templates[0].placement[0].stages[0]: "
                                     "unknown field \"rank\""));
 
   j = ToJson();

@@ -162,7 +162,7 @@ TEST_F(PlannerServiceTest, EvaluateRejectsAPlanOnAnAbsentNode) {
   grpc::Status s = stub_->Evaluate(&ctx_, request, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(),
-              HasSubstr("templates[0].placement[0][0].node: unknown node"));
+              HasSubstr("templates[0].placement[0].stages[0].node: unknown node"));
   EXPECT_THAT(s.error_message(), HasSubstr("gone-7"));
 }
 
@@ -267,7 +267,7 @@ TEST_F(PlannerServiceTest, BadCountsAndEmptyClusterNameTheField) {
     grpc::Status s = stub_->Plan(&ctx, r, &response);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(),
-                HasSubstr("cluster.nodes[0].gpus: must be in 1..128, got 0"));
+                HasSubstr("cluster.nodes[0].gpus: must be an integer > 0, got 0"));
   }
   {
     v1::PlanRequest r = SmallPlanRequest();
@@ -277,7 +277,7 @@ TEST_F(PlannerServiceTest, BadCountsAndEmptyClusterNameTheField) {
     grpc::Status s = stub_->Plan(&ctx, r, &response);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(),
-                HasSubstr("cluster.nodes: the cluster is empty"));
+                HasSubstr("cluster: cluster has no nodes: give `nodes` and/or `node_groups`"));
   }
   {
     v1::PlanRequest r = SmallPlanRequest();
@@ -323,13 +323,27 @@ TEST_F(PlannerServiceTest, UnknownModelAndPlannerNameTheField) {
   }
 }
 
-TEST_F(PlannerServiceTest, UsdPerTokenIsUnimplemented) {
+TEST_F(PlannerServiceTest, UsdPerTokenPlansForDollarsPerToken) {
   v1::PlanRequest r = SmallPlanRequest();
+  // Both searches complete (12 GPUs), so each finds its objective's best.
+  r.mutable_options()->set_max_evaluations(0);
+  r.mutable_options()->set_budget_s(30);
+  v1::PlanResponse fastest;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Plan(&ctx, r, &fastest).ok());
+  }
   r.mutable_options()->set_objective(v1::PlannerOptions::USD_PER_TOKEN);
-  v1::PlanResponse response;
-  grpc::Status s = stub_->Plan(&ctx_, r, &response);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(s.error_message(), HasSubstr("USD_PER_TOKEN"));
+  v1::PlanResponse cheapest;
+  grpc::Status s = stub_->Plan(&ctx_, r, &cheapest);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto usd_per_token = [](const v1::Prediction& p) {
+    return p.usd_per_hour() / (p.tokens_per_s() * 3600);
+  };
+  EXPECT_LE(usd_per_token(cheapest.prediction()),
+            usd_per_token(fastest.prediction()));
+  EXPECT_GE(fastest.prediction().throughput_iters_per_s(),
+            cheapest.prediction().throughput_iters_per_s());
 }
 
 TEST_F(PlannerServiceTest, ModelThatFitsNowhereIsFailedPrecondition) {
@@ -397,7 +411,7 @@ TEST_F(PlannerServiceTest, TooManyGpusPerNodeIsRejected) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(
       s.error_message(),
-      HasSubstr("cluster.nodes[0].gpus: must be in 1..128, got 2000000000"));
+      HasSubstr("cluster.nodes[0].gpus: must be an integer <= 64, got 2000000000"));
 }
 
 TEST_F(PlannerServiceTest, GetStatsCountsCallsByCode) {

@@ -340,7 +340,7 @@ TEST_F(ReplanTest, BadRequestsNameTheField) {
       Request(TwoH100Nodes(), on_absent_node, TwoH100Nodes()), &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(),
-              HasSubstr("current_plan: templates[0].placement[1][0].node: "
+              HasSubstr("current_plan: templates[0].placement[1].stages[0].node: "
                         "unknown node \"gone-7\""));
 
   v1::Plan gpu_out_of_node = TwoReplicasOnTwoNodes();
@@ -357,7 +357,7 @@ TEST_F(ReplanTest, BadRequestsNameTheField) {
   s = Replan(Request(TwoH100Nodes(), TwoReplicasOnTwoNodes(), v1::Cluster()),
              &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(s.error_message(), "new_cluster.nodes: the cluster is empty");
+  EXPECT_EQ(s.error_message(), "new_cluster: cluster has no nodes: give `nodes` and/or `node_groups`");
 
   v1::Cluster bad_current = TwoH100Nodes();
   bad_current.mutable_nodes(0)->set_gpu("X");
