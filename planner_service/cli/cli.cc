@@ -239,7 +239,7 @@ absl::Status PrintRemotePlan(std::ostream& out, const InputFlags& f,
 int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
                   const PlanningContext& ctx, const std::string& planner_name,
                   PlannerObjective objective, double budget_s, int max_depth,
-                  int max_templates, int64_t max_evaluations,
+                  int max_templates, int64_t max_evaluations, int rollouts,
                   std::ostream& out, std::ostream& err) {
   absl::StatusOr<std::unique_ptr<PlannerClient>> client = ConnectRemote(remote);
   if (!client.ok()) return Fail(err, client.status());
@@ -251,6 +251,7 @@ int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
   }
   q.planner = planner_name;
   q.objective = objective;
+  q.policy_rollouts = rollouts;
   q.budget_s = budget_s;
   q.max_depth = max_depth;
   q.max_templates = max_templates;
@@ -274,7 +275,8 @@ int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
 int RunPlan(const InputFlags& f, const RemoteFlags& remote,
             const std::string& planner_name, const std::string& objective_name,
             double budget_s, int max_depth, int max_templates,
-            int64_t max_evaluations, std::ostream& out, std::ostream& err) {
+            int64_t max_evaluations, int rollouts, std::ostream& out,
+            std::ostream& err) {
   absl::StatusOr<PlannerObjective> objective =
       ParsePlannerObjective(objective_name);
   if (!objective.ok()) {
@@ -294,6 +296,17 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
                          "--max-templates: must be >= 1, got ", max_templates)));
   }
+  if (rollouts != -1) {
+    if (rollouts < 0) {
+      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                           "--rollouts: must be >= 0, got ", rollouts)));
+    }
+    if (planner_name != "learned") {
+      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                           "--rollouts: only for --planner learned, not \"",
+                           planner_name, "\"")));
+    }
+  }
   absl::StatusOr<std::unique_ptr<Planner>> planner = MakePlanner(planner_name);
   if (!planner.ok()) return Fail(err, planner.status());
   const absl::Time start = absl::Now();
@@ -301,7 +314,8 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
   if (!ctx.ok()) return Fail(err, ctx.status());
   if (!remote.server.empty()) {
     return RunPlanRemote(f, remote, **ctx, planner_name, *objective, budget_s,
-                         max_depth, max_templates, max_evaluations, out, err);
+                         max_depth, max_templates, max_evaluations, rollouts,
+                         out, err);
   }
   PlannerOptions options;
   options.budget = absl::Seconds(budget_s);
@@ -309,6 +323,7 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
   options.max_templates = max_templates;
   options.max_evaluations = max_evaluations;
   options.objective = *objective;
+  options.policy_rollouts = rollouts;
   absl::StatusOr<PlanResult> result = (*planner)->Run((*ctx)->cost_model(), options);
   if (!result.ok()) return Fail(err, result.status());
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
@@ -556,6 +571,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   double budget_s = 60;
   int max_depth = 16, max_templates = 3;
   int64_t max_evaluations = 0;
+  int rollouts = -1;
   CLI::App* plan = app.add_subcommand("plan", "plan a model on a cluster");
   AddInputFlags(plan, &plan_flags);
   RemoteFlags plan_remote;
@@ -571,6 +587,10 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   plan->add_option("--max-templates", max_templates, "most templates per plan");
   plan->add_option("--max-evaluations", max_evaluations,
                    "stop after this many plan evaluations (0: no limit)");
+  plan->add_option("--rollouts", rollouts,
+                   "learned planner: sampled rollouts after the greedy one "
+                   "(default 256); its latency budget is --budget, at most "
+                   "0.9 s");
 
   InputFlags eval_flags;
   std::string plan_file;
@@ -676,7 +696,8 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   }
   if (*plan) {
     return RunPlan(plan_flags, plan_remote, planner, objective, budget_s,
-                   max_depth, max_templates, max_evaluations, out, err);
+                   max_depth, max_templates, max_evaluations, rollouts, out,
+                   err);
   }
   if (*evaluate) {
     return RunEvaluate(eval_flags, eval_remote, plan_file, out, err);

@@ -62,6 +62,7 @@ v1::PlannerOptions OptionsToProto(const PlanQuery& q) {
   o.set_seed(q.seed);
   o.set_max_depth(q.max_depth);
   o.set_max_templates(q.max_templates);
+  if (q.policy_rollouts != -1) o.set_policy_rollouts(q.policy_rollouts);
   o.set_objective(q.objective == PlannerObjective::kUsdPerToken
                       ? v1::PlannerOptions::USD_PER_TOKEN
                       : v1::PlannerOptions::THROUGHPUT);

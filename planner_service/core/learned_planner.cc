@@ -75,6 +75,11 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
         absl::StrCat("learned planner: sampled_rollouts must be >= 0, got ",
                      config_.sampled_rollouts));
   }
+  if (config_.refined_episodes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("learned planner: refined_episodes must be >= 0, got ",
+                     config_.refined_episodes));
+  }
   PolicyModelFactory factory = factory_;
   if (!factory) {
     absl::MutexLock lock(&factory_mu);
@@ -102,6 +107,9 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
                      " instead"));
   }
 
+  const int sampled_rollouts = options.policy_rollouts >= 0
+                                   ? options.policy_rollouts
+                                   : config_.sampled_rollouts;
   PlannerOptions run_options = options;
   run_options.budget = std::min(options.budget, config_.latency_budget);
   SearchTracker tracker(cm, run_options);
@@ -116,14 +124,24 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
   // (greedy or sampled); the actions taken end in `taken`. Returns whether
   // its plan became the best.
   std::vector<int> taken;
-  auto play = [&](absl::Span<const int> script, bool greedy) {
+  // After `script`, the actions of `tail` are taken in order while legal;
+  // the first illegal one hands over to the policy.
+  auto play = [&](absl::Span<const int> script, bool greedy,
+                  absl::Span<const int> tail = {}) {
     env->Reset();
     taken.clear();
+    size_t next_tail = 0;
     while (!env->done()) {
       int action;
       if (taken.size() < script.size()) {
         action = script[taken.size()];
+      } else if (next_tail < tail.size() &&
+                 tail[next_tail] <
+                     static_cast<int>(env->LegalMask().size()) &&
+                 env->LegalMask()[tail[next_tail]]) {
+        action = tail[next_tail++];
       } else {
+        next_tail = tail.size();
         const int actions = static_cast<int>(env->LegalMask().size());
         absl::Span<float> p = absl::MakeSpan(probabilities.data(), actions);
         (*policy)->ActionProbabilities(*env, p);
@@ -152,44 +170,90 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
     return tracker.Offer(env->plan(), env->iteration_time_s());
   };
 
-  std::vector<int> best;  // actions of the best episode
-  for (int rollout = 0; rollout <= config_.sampled_rollouts; ++rollout) {
+  // The best few distinct episodes (by iteration time), for refinement.
+  struct Episode {
+    double iteration_time_s;
+    std::vector<int> actions;
+  };
+  std::vector<Episode> elite;
+  const int elite_size = std::max(1, config_.refined_episodes);
+  auto remember = [&] {
+    if (env->plan().templates.empty()) return;
+    const double t = env->iteration_time_s();
+    for (const Episode& e : elite) {
+      if (e.actions == taken) return;
+    }
+    if (static_cast<int>(elite.size()) == elite_size &&
+        t >= elite.back().iteration_time_s) {
+      return;
+    }
+    if (static_cast<int>(elite.size()) == elite_size) elite.pop_back();
+    Episode e{t, taken};
+    elite.insert(std::upper_bound(elite.begin(), elite.end(), e,
+                                  [](const Episode& a, const Episode& b) {
+                                    return a.iteration_time_s <
+                                           b.iteration_time_s;
+                                  }),
+                 std::move(e));
+  };
+  for (int rollout = 0; rollout <= sampled_rollouts; ++rollout) {
     // The greedy rollout (0) runs whatever the budget so a tight budget
     // still plans; a cancelled run stops before it, as every planner does.
     const bool cancelled =
         options.cancelled != nullptr && options.cancelled->load();
     if ((rollout > 0 || cancelled) && tracker.OutOfBudget()) break;
-    if (play({}, /*greedy=*/rollout == 0)) best = taken;
+    play({}, /*greedy=*/rollout == 0);
+    remember();
   }
 
-  // Local refinement: each decision of the best episode in turn is replaced
-  // by each other legal action, the rest completed greedily by the policy;
-  // an improvement becomes the best episode and the scan goes on from the
-  // next decision. Deterministic (no sampling).
+  // Local refinement of each elite episode: each decision in turn is
+  // replaced by each other legal action, and the episode completed two ways
+  // (the policy's greedy choices, and the episode's own later decisions
+  // where they are still legal, so a change of one stage keeps the rest of
+  // the structure); the fastest of these, if faster, becomes the episode
+  // and the scan goes on from the next decision. Deterministic (no
+  // sampling).
   std::array<uint8_t, kMaxActions> legal{};
-  for (int pass = 0; pass < config_.refinement_passes && !best.empty();
-       ++pass) {
-    bool improved = false;
-    for (size_t pos = 0; pos < best.size() && !tracker.OutOfBudget(); ++pos) {
-      env->Reset();
-      for (size_t i = 0; i < pos; ++i) env->Step(best[i]);
-      absl::Span<const uint8_t> mask = env->LegalMask();
-      const size_t actions = mask.size();
-      std::copy(mask.begin(), mask.end(), legal.begin());
-      count_evaluations();
-      std::vector<int> script(best.begin(), best.begin() + pos + 1);
-      for (size_t a = 0; a < actions; ++a) {
-        if (!legal[a] || static_cast<int>(a) == best[pos]) continue;
-        if (tracker.OutOfBudget()) break;
-        script.back() = static_cast<int>(a);
-        if (play(script, /*greedy=*/true)) {
-          best = taken;
+  for (Episode& episode : elite) {
+    std::vector<int>& current = episode.actions;
+    double current_time = episode.iteration_time_s;
+    for (int pass = 0; pass < config_.refinement_passes; ++pass) {
+      bool improved = false;
+      for (size_t pos = 0; pos < current.size() && !tracker.OutOfBudget();
+           ++pos) {
+        env->Reset();
+        for (size_t i = 0; i < pos; ++i) env->Step(current[i]);
+        absl::Span<const uint8_t> mask = env->LegalMask();
+        const size_t actions = mask.size();
+        std::copy(mask.begin(), mask.end(), legal.begin());
+        count_evaluations();
+        std::vector<int> script(current.begin(), current.begin() + pos + 1);
+        // The best of every alternative at this decision, both completions.
+        std::vector<int> best_here;
+        double best_here_time = current_time;
+        for (size_t a = 0; a < actions; ++a) {
+          if (!legal[a] || static_cast<int>(a) == current[pos]) continue;
+          for (const bool keep_tail : {false, true}) {
+            if (tracker.OutOfBudget()) break;
+            script.back() = static_cast<int>(a);
+            play(script, /*greedy=*/true,
+                 keep_tail ? absl::MakeConstSpan(current).subspan(pos + 1)
+                           : absl::Span<const int>());
+            if (!env->plan().templates.empty() &&
+                env->iteration_time_s() < best_here_time) {
+              best_here = taken;
+              best_here_time = env->iteration_time_s();
+            }
+          }
+        }
+        if (!best_here.empty()) {
+          current = std::move(best_here);
+          current_time = best_here_time;
           improved = true;
-          break;
         }
       }
+      if (!improved) break;
     }
-    if (!improved) break;
   }
   return tracker.Finish(name(), /*exhaustive=*/false);
 }

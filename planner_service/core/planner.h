@@ -64,6 +64,9 @@ struct PlannerOptions {
   // What "best plan" means (see PlannerObjective).
   PlannerObjective objective = PlannerObjective::kThroughput;
   uint64_t seed = 1;
+  // Learned planner only: sampled rollouts after the greedy one; -1 takes
+  // its default (LearnedPlannerConfig::sampled_rollouts).
+  int policy_rollouts = -1;
   const Clock* clock = nullptr;  // nullptr: real time
   // Set by another thread (a cancelled RPC) to stop the search; the planner
   // then returns its best plan so far like on an exhausted budget. May be

@@ -57,6 +57,9 @@ struct PlanQuery {
   int max_depth = 0;      // 0 = 16
   int max_templates = 0;  // 0 = 3
   PlannerObjective objective = PlannerObjective::kThroughput;
+  // Learned planner only: sampled rollouts after the greedy one; -1 = its
+  // default.
+  int policy_rollouts = -1;
   // When the caller stops waiting: the search budget is capped so that the
   // answer (the best plan so far) is ready before it.
   absl::Time deadline = absl::InfiniteFuture();

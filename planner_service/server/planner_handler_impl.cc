@@ -33,6 +33,9 @@ constexpr int kMaxDepthLimit = 64;
 // Bounds on what one request may describe, so that no request can make the
 // planner allocate without limit (the largest real nodes hold 8-72 GPUs).
 constexpr int kMaxTemplatesLimit = 16;
+// Each rollout is one plan built and priced; the latency budget bounds the
+// time, this the request's size.
+constexpr int kMaxPolicyRollouts = 1 << 20;
 // Time kept back from the caller's deadline to serialize and send the answer.
 constexpr absl::Duration kDeadlineReserve = absl::Milliseconds(20);
 // Share of the time to a Replan's deadline its search may use; the rest is
@@ -151,6 +154,18 @@ absl::Status PlannerHandlerImpl::CheckPlanOptions(const PlanQuery& q) {
         "options.max_templates: must be in 1..", kMaxTemplatesLimit,
         " (or 0 for the default), got ", q.max_templates));
   }
+  if (q.policy_rollouts != -1) {
+    if (q.policy_rollouts < 0 || q.policy_rollouts > kMaxPolicyRollouts) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.policy_rollouts: must be in 0..", kMaxPolicyRollouts,
+          ", got ", q.policy_rollouts));
+    }
+    if (planner_name != "learned") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.policy_rollouts: only for planner \"learned\", not \"",
+          planner_name, "\""));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -198,6 +213,7 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::RunPlanner(
   options.budget = budget;
   options.max_evaluations = q.max_evaluations;
   options.objective = q.objective;
+  options.policy_rollouts = q.policy_rollouts;
   if (q.seed != 0) options.seed = q.seed;
   if (q.max_depth > 0) options.max_depth = q.max_depth;
   if (q.max_templates > 0) options.max_templates = q.max_templates;

@@ -278,6 +278,7 @@ PlanQuery PlanQueryFromProto(const v1::ModelRef& model,
   q.seed = o.seed();
   q.max_depth = o.max_depth();
   q.max_templates = o.max_templates();
+  q.policy_rollouts = o.has_policy_rollouts() ? o.policy_rollouts() : -1;
   q.objective = o.objective() == v1::PlannerOptions::USD_PER_TOKEN
                     ? PlannerObjective::kUsdPerToken
                     : PlannerObjective::kThroughput;

@@ -132,6 +132,7 @@ absl::StatusOr<ServerSettings> ResolveServerConfig(
   if (config.has_listen()) server.listen = config.listen();
   server.health_listen = config.health_listen();
   settings.handler.profiles_dir = config.profiles_dir();
+  settings.policies_dir = config.policies_dir();
   if (config.has_workers()) server.service.workers = config.workers();
   if (config.has_max_in_flight()) {
     server.service.max_in_flight = config.max_in_flight();
@@ -220,6 +221,10 @@ ServerFlags::ServerFlags(CLI::App& app) {
       "--profiles-dir", profiles_dir_,
       "directory of gpus.yaml, models.yaml and profiles (default: built-in "
       "data)");
+  policies_dir_opt_ = app.add_option(
+      "--policies-dir", policies_dir_,
+      "directory of the learned planner's <model>.pt checkpoints (default: "
+      "$ARACHNE_POLICIES_DIR, else the shipped profiles/policies)");
   workers_opt_ = app.add_option("--workers", workers_,
                                 "threads running Plan/Evaluate/Replan")
                      ->capture_default_str()
@@ -264,6 +269,7 @@ v1::ServerConfig ServerFlags::Given() const {
   if (listen_opt_->count() > 0) given.set_listen(listen_);
   if (health_listen_opt_->count() > 0) given.set_health_listen(health_listen_);
   if (profiles_dir_opt_->count() > 0) given.set_profiles_dir(profiles_dir_);
+  if (policies_dir_opt_->count() > 0) given.set_policies_dir(policies_dir_);
   if (workers_opt_->count() > 0) given.set_workers(workers_);
   if (max_in_flight_opt_->count() > 0) given.set_max_in_flight(max_in_flight_);
   if (default_budget_s_opt_->count() > 0) {

@@ -30,6 +30,7 @@ struct ServerSettings {
   PlannerServerConfig server;  // bearer token already read from token_file
   PlannerHandlerConfig handler;
   absl::Duration grace = absl::Seconds(10);
+  std::string policies_dir;  // "" = DefaultPoliciesDir() (torch_policy.h)
 };
 
 // Parses `text` (YAML or JSON) read from `source` and checks each value it
@@ -79,14 +80,14 @@ class ServerFlags {
 
  private:
   std::string config_file_;
-  std::string listen_, health_listen_, profiles_dir_;
+  std::string listen_, health_listen_, profiles_dir_, policies_dir_;
   int workers_ = 0, max_in_flight_ = 0;
   double default_budget_s_ = 0, max_budget_s_ = 0, grace_s_ = 0;
   std::string tls_cert_, tls_key_, tls_client_ca_, token_file_;
   CLI::Option *listen_opt_, *health_listen_opt_, *profiles_dir_opt_,
       *workers_opt_, *max_in_flight_opt_, *default_budget_s_opt_,
       *max_budget_s_opt_, *grace_s_opt_, *tls_cert_opt_, *tls_key_opt_,
-      *tls_client_ca_opt_, *token_file_opt_;
+      *tls_client_ca_opt_, *token_file_opt_, *policies_dir_opt_;
 };
 
 }  // namespace arachne

@@ -18,6 +18,7 @@
 #include "planner_service/core/planners.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "test/cli/cli_runner.h"
+#include "test/core/uniform_policy.h"
 
 namespace arachne {
 namespace {
@@ -326,20 +327,7 @@ TEST(BenchOutputTest, PlotsAreSkippedWithAMessageWhenTheScriptIsMissing) {
 
 // --- The learned planner in the bench ---
 
-// Uniform over the legal actions: a policy without LibTorch, so the bench's
-// handling of the learned planner is tested in every build.
-class UniformPolicy : public PolicyModel {
- public:
-  void ActionProbabilities(const ConstructionEnv& env,
-                           absl::Span<float> probabilities) override {
-    absl::Span<const uint8_t> mask = env.LegalMask();
-    float legal = 0;
-    for (uint8_t m : mask) legal += m;
-    for (size_t a = 0; a < probabilities.size(); ++a) {
-      probabilities[a] = mask[a] ? 1.0f / legal : 0.0f;
-    }
-  }
-};
+using ::arachne::testing::UniformPolicy;
 
 // A policy for llama3-8b only; any other model gets the factory's
 // no-policy error, as a model without a checkpoint or relative does.

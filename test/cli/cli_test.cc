@@ -151,6 +151,19 @@ TEST(CliTest, BadInputExitsTwoNamingTheFieldAndValue) {
   EXPECT_EQ(flag.code, 2);
 }
 
+TEST(CliTest, RolloutsAreForTheLearnedPlannerAndNotNegative) {
+  CliRun other = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                      Example("small-8.yaml"), "--rollouts", "8"});
+  EXPECT_EQ(other.code, 2);
+  EXPECT_THAT(other.err, HasSubstr("--rollouts: only for --planner learned, "
+                                   "not \"exact\""));
+  CliRun negative =
+      Cli({"plan", "--model", "llama3-8b", "--cluster", Example("small-8.yaml"),
+           "--planner", "learned", "--rollouts", "-3"});
+  EXPECT_EQ(negative.code, 2);
+  EXPECT_THAT(negative.err, HasSubstr("--rollouts: must be >= 0, got -3"));
+}
+
 TEST(CliTest, AModelThatFitsNowhereSaysWhy) {
   // LLaMA-3-70B on one 24 GiB card: one layer with its optimizer state
   // alone does not fit.

@@ -23,6 +23,7 @@
 #include "planner_service/io/plan_io.h"
 #include "planner_service/io/planning_context.h"
 #include "planner_service/server/planner_handler_impl.h"
+#include "test/core/uniform_policy.h"
 #include "test/server/loopback_server.h"
 #include "planner_service/server/planner_server.h"
 #include "planner_service/server/proto_convert.h"
@@ -321,6 +322,57 @@ TEST_F(PlannerServiceTest, UnknownModelAndPlannerNameTheField) {
     EXPECT_THAT(s.error_message(), HasSubstr("options.planner"));
     EXPECT_THAT(s.error_message(), HasSubstr("oracle"));
   }
+}
+
+TEST_F(PlannerServiceTest, ServesTheLearnedPlanner) {
+  // Without a registered policy (a build without LibTorch): the fallback
+  // message, not a crash.
+  RegisterLearnedPolicyFactory(nullptr);
+  v1::PlanRequest r = SmallPlanRequest();
+  r.mutable_options()->set_planner("learned");
+  r.mutable_options()->set_max_evaluations(0);
+  {
+    v1::PlanResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(s.error_message(), HasSubstr("--planner exact instead"));
+  }
+  RegisterLearnedPolicyFactory(
+      [](const CostModel&) -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
+        return std::unique_ptr<PolicyModel>(
+            std::make_unique<testing::UniformPolicy>());
+      });
+  r.mutable_options()->set_policy_rollouts(8);
+  v1::PlanResponse response;
+  grpc::Status s = stub_->Plan(&ctx_, r, &response);
+  RegisterLearnedPolicyFactory(nullptr);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.planner(), "learned");
+  EXPECT_GT(response.prediction().throughput_iters_per_s(), 0);
+  EXPECT_GT(response.evaluations(), 0);
+}
+
+TEST_F(PlannerServiceTest, PolicyRolloutsAreCheckedAndLearnedOnly) {
+  v1::PlanRequest r = SmallPlanRequest();  // planner exact
+  r.mutable_options()->set_policy_rollouts(8);
+  {
+    v1::PlanResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(),
+                HasSubstr("options.policy_rollouts: only for planner "
+                          "\"learned\", not \"exact\""));
+  }
+  r.mutable_options()->set_planner("learned");
+  r.mutable_options()->set_policy_rollouts(-5);
+  v1::PlanResponse response;
+  grpc::Status s = stub_->Plan(&ctx_, r, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("options.policy_rollouts: must be in 0..1048576, "
+                        "got -5"));
 }
 
 TEST_F(PlannerServiceTest, UsdPerTokenPlansForDollarsPerToken) {
