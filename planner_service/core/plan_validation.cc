@@ -94,7 +94,7 @@ absl::Status ValidatePlan(const Plan& plan, const CostModel& cm) {
       for (int s = 0; s < tmpl.depth(); ++s) {
         const StagePlacement& p = tmpl.at(r, s);
         const std::string pw =
-            absl::StrCat(where, ".placement[", r, "][", s, "]");
+            absl::StrCat(where, ".placement[", r, "].stages[", s, "]");
         if (p.node < 0 || p.node >= cluster.num_nodes())
           return invalid(pw, ".node: no node with index ", p.node);
         const Node& node = cluster.node(p.node);

@@ -298,7 +298,7 @@ absl::StatusOr<arachne::Plan> CarryPlanByNodeName(const arachne::Plan& plan,
         StagePlacement& p = tmpl.placement[r * tmpl.depth() + st];
         const Node& old_node = from.node(p.node);
         const std::string where =
-            absl::StrCat("templates[", t, "].placement[", r, "][", st, "]");
+            absl::StrCat("templates[", t, "].placement[", r, "].stages[", st, "]");
         auto it = index_in_to.find(old_node.name);
         if (it == index_in_to.end()) {
           return absl::FailedPreconditionError(absl::StrCat(

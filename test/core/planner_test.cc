@@ -195,13 +195,13 @@ TEST_F(PlannerTest, ValidationNamesTheBrokenRule) {
   plan.templates[0].stages[1].layer_begin = 2;
   plan.templates[0].placement[1] = {0, {0}};  // FAST node for a SLOW stage
   s = ValidatePlan(plan, cm);
-  EXPECT_THAT(s.message(), HasSubstr("templates[0].placement[0][1].node: \"n0\" "
+  EXPECT_THAT(s.message(), HasSubstr("templates[0].placement[0].stages[1].node: \"n0\" "
                                      "has FAST GPUs but the stage needs SLOW"));
 
   plan.templates[0].placement[1] = {1, {0}};
   plan.templates[0].stages[0].tp = 2;
   s = ValidatePlan(plan, cm);
-  EXPECT_THAT(s.message(), HasSubstr("templates[0].placement[0][0].gpus: 1 GPUs "
+  EXPECT_THAT(s.message(), HasSubstr("templates[0].placement[0].stages[0].gpus: 1 GPUs "
                                      "for a TP group of 2"));
 
   plan.templates[0].stages[0].tp = 1;

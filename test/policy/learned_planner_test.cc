@@ -17,6 +17,7 @@
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/planning_context.h"
 #include "planner_service/io/scenario_io.h"
+#include "test/core/uniform_policy.h"
 #include "test/policy/policy_test_fixture.h"
 
 namespace arachne {
@@ -291,6 +292,49 @@ TEST_F(TorchPolicyTest, ShippedCheckpointPlansASuiteComposition) {
               HasSubstr("no policy for model \"llama3-70b\""));
   EXPECT_THAT(q.status().message(),
               HasSubstr("llama3-70b.pt does not exist"));
+}
+
+// The shipped llama3-8b policy against a policy uniform over the legal
+// actions, with the same rollout count and no refinement, on a suite
+// composition neither trained on (fig07a, 32 A100-40GB + 32 H100-80GB).
+TEST(ShippedPolicyTest, BeatsAUniformPolicyOfTheSameRolloutCount) {
+  auto catalog = LoadGpuCatalog();
+  ASSERT_TRUE(catalog.ok());
+  auto scenario = LoadScenarioFile(std::string(ARACHNE_SOURCE_DIR) +
+                                       "/bench/scenarios/fig07a-llama3-8b.yaml",
+                                   *catalog);
+  ASSERT_TRUE(scenario.ok()) << scenario.status();
+  auto ctx = PlanningContext::Create(*catalog, scenario->model_spec,
+                                     scenario->training,
+                                     scenario->compositions[0].cluster, "");
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  const PolicyModelFactory trained = MakeTorchPolicyFactory(
+      {.policies_dir = std::string(ARACHNE_SOURCE_DIR) + "/profiles/policies"});
+  const PolicyModelFactory uniform =
+      [](const CostModel&) -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
+    return std::unique_ptr<PolicyModel>(
+        std::make_unique<testing::UniformPolicy>());
+  };
+  // Means over seeds: one seed's uniform sample may strike lucky.
+  const LearnedPlannerConfig config = {.sampled_rollouts = 16,
+                                       .refinement_passes = 0};
+  double policy_sum = 0, random_sum = 0;
+  constexpr int kSeeds = 8;
+  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    auto policy = LearnedPlanner(config, trained)
+                      .Run((*ctx)->cost_model(), Options(seed));
+    auto random = LearnedPlanner(config, uniform)
+                      .Run((*ctx)->cost_model(), Options(seed));
+    ASSERT_TRUE(policy.ok()) << policy.status();
+    ASSERT_TRUE(random.ok()) << random.status();
+    policy_sum += policy->prediction.throughput_iters_per_s;
+    random_sum += random->prediction.throughput_iters_per_s;
+  }
+  RecordProperty("policy_mean", std::to_string(policy_sum / kSeeds));
+  RecordProperty("uniform_mean", std::to_string(random_sum / kSeeds));
+  EXPECT_GT(policy_sum, 1.05 * random_sum)
+      << "policy mean " << policy_sum / kSeeds << " vs uniform "
+      << random_sum / kSeeds;
 }
 
 }  // namespace
