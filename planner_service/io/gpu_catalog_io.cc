@@ -1,40 +1,67 @@
 #include "planner_service/io/gpu_catalog_io.h"
 
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "arachne/v1/planner.pb.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/json_yaml.h"
+#include "planner_service/io/message_json.h"
 
 namespace arachne {
 namespace {
 
-absl::StatusOr<GpuType> ParseGpuType(const ObjectReader& r) {
-  ARACHNE_IO_RETURN_IF_ERROR(r.AllowOnly(
-      {"id", "aliases", "product_name", "peak_bf16_tflops", "peak_fp32_tflops",
-       "memory_gib", "hbm_gbps", "intra_node_gbps", "intra_node_link",
-       "default_gpus_per_node", "usd_per_hour", "source"}));
+absl::StatusOr<GpuType> GpuTypeFromMessage(const v1::GpuType& m,
+                                           const MessageErrors& errors) {
   GpuType t;
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.id, r.String("id"));
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.aliases, r.StringListOr("aliases"));
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.product_name, r.String("product_name"));
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.peak_bf16_tflops,
-                              r.Number("peak_bf16_tflops", 0, true));
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.peak_fp32_tflops,
-                              r.Number("peak_fp32_tflops", 0, true));
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.memory_gib, r.Number("memory_gib", 0, true));
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.hbm_gbps, r.Number("hbm_gbps", 0, true));
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.intra_node_gbps,
-                              r.Number("intra_node_gbps", 0, true));
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.intra_node_link, r.String("intra_node_link"));
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.default_gpus_per_node,
-                              r.Int("default_gpus_per_node", 1));
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string*>{"id", &m.id()},
+        {"product_name", &m.product_name()},
+        {"intra_node_link", &m.intra_node_link()},
+        {"source", &m.source()}}) {
+    if (value->empty()) {
+      return errors.At(field, "must be a non-empty string, got \"\"");
+    }
+  }
+  for (int i = 0; i < m.aliases_size(); ++i) {
+    if (m.aliases(i).empty()) {
+      return errors.At(IndexFieldPath("aliases", i),
+                       "must be a non-empty string, got \"\"");
+    }
+  }
+  for (const auto& [field, value] :
+       {std::pair<const char*, double>{"peak_bf16_tflops",
+                                       m.peak_bf16_tflops()},
+        {"peak_fp32_tflops", m.peak_fp32_tflops()},
+        {"memory_gib", m.memory_gib()},
+        {"hbm_gbps", m.hbm_gbps()},
+        {"intra_node_gbps", m.intra_node_gbps()}}) {
+    if (!(value > 0)) {
+      return errors.At(field, absl::StrCat("must be a number > 0, got ", value));
+    }
+  }
   // Free (0) is allowed: a cluster one already owns.
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.usd_per_hour,
-                              r.Number("usd_per_hour", 0, false));
-  ARACHNE_IO_ASSIGN_OR_RETURN(t.source, r.String("source"));
+  if (!(m.usd_per_hour() >= 0)) {
+    return errors.At("usd_per_hour", absl::StrCat("must be a number >= 0, got ",
+                                                  m.usd_per_hour()));
+  }
+  ARACHNE_IO_RETURN_IF_ERROR(errors.IntAtLeast(
+      "default_gpus_per_node", m.default_gpus_per_node(), 1));
+  t.id = m.id();
+  t.aliases.assign(m.aliases().begin(), m.aliases().end());
+  t.product_name = m.product_name();
+  t.peak_bf16_tflops = m.peak_bf16_tflops();
+  t.peak_fp32_tflops = m.peak_fp32_tflops();
+  t.memory_gib = m.memory_gib();
+  t.hbm_gbps = m.hbm_gbps();
+  t.intra_node_gbps = m.intra_node_gbps();
+  t.intra_node_link = m.intra_node_link();
+  t.default_gpus_per_node = m.default_gpus_per_node();
+  t.usd_per_hour = m.usd_per_hour();
+  t.source = m.source();
   return t;
 }
 
@@ -42,19 +69,16 @@ absl::StatusOr<GpuType> ParseGpuType(const ObjectReader& r) {
 
 absl::StatusOr<GpuCatalog> ParseGpuCatalog(absl::string_view text,
                                            absl::string_view source) {
-  ARACHNE_IO_ASSIGN_OR_RETURN(nlohmann::json root,
-                              ParseJsonOrYaml(text, source));
-  ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader top,
-                              ObjectReader::Create(root, source, ""));
-  ARACHNE_IO_RETURN_IF_ERROR(top.AllowOnly({"gpus"}));
-  ARACHNE_IO_ASSIGN_OR_RETURN(const nlohmann::json* rows, top.Array("gpus"));
-  if (rows->empty()) return FieldError(source, "gpus", "must not be empty");
+  v1::GpuCatalogFile file;
+  ARACHNE_IO_RETURN_IF_ERROR(ParseMessageText(text, source, &file));
+  const MessageErrors errors(source, "");
+  if (file.gpus().empty()) return errors.At("gpus", "must not be empty");
   std::vector<GpuType> types;
-  for (int i = 0; i < static_cast<int>(rows->size()); ++i) {
+  for (int i = 0; i < file.gpus_size(); ++i) {
     ARACHNE_IO_ASSIGN_OR_RETURN(
-        ObjectReader r,
-        ObjectReader::Create((*rows)[i], source, IndexFieldPath("gpus", i)));
-    ARACHNE_IO_ASSIGN_OR_RETURN(GpuType t, ParseGpuType(r));
+        GpuType t,
+        GpuTypeFromMessage(file.gpus(i),
+                           errors.Under(IndexFieldPath("gpus", i))));
     types.push_back(std::move(t));
   }
   absl::StatusOr<GpuCatalog> catalog = GpuCatalog::Create(std::move(types));

@@ -56,7 +56,12 @@ class PlotTrainingCurveTest : public ::testing::Test {
     if (!HasMatplotlib()) {
       GTEST_SKIP() << kPython << " has no matplotlib (python3-matplotlib)";
     }
-    dir_ = std::filesystem::path(::testing::TempDir()) / "plot_training_curve";
+    // One directory per test: ctest runs the cases as parallel processes.
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("plot_training_curve_",
+                        ::testing::UnitTest::GetInstance()
+                            ->current_test_info()
+                            ->name());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

@@ -174,8 +174,13 @@ TEST(GpuCatalogIoTest, ErrorsNameSourceAndField) {
       "gpus.yaml");
   EXPECT_THAT(
       std::string(c.status().message()),
-      HasSubstr("gpus[0].default_gpus_per_node: must be an integer > 0, "
-                "got 4.5"));
+      HasSubstr("gpus[0].default_gpus_per_node: must be an integer, got 4.5"));
+  c = ParseGpuCatalog(
+      replace(text, "default_gpus_per_node: 4", "default_gpus_per_node: 0"),
+      "gpus.yaml");
+  EXPECT_THAT(
+      std::string(c.status().message()),
+      HasSubstr("gpus[0].default_gpus_per_node: must be an integer > 0, got 0"));
 
   // Duplicate names are caught by GpuCatalog::Create; the source is added.
   c = ParseGpuCatalog(replace(text, "aliases: [x]", "aliases: [x, X1]") +
