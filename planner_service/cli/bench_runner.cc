@@ -32,6 +32,7 @@
 #include "planner_service/core/random_planner.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/planning_context.h"
+#include "planner_service/io/python_plots.h"
 #ifdef ARACHNE_HAVE_TORCH
 #include "planner_service/policy/torch_policy.h"
 #endif
@@ -514,9 +515,6 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
-std::string ShellQuote(const std::string& s) {
-  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
-}
 
 constexpr char kResultsCsvHeader[] =
     "scenario,figure,kind,model,composition,gpus,planner,status,"
@@ -1123,17 +1121,7 @@ bool DrawPlots(const std::string& plot_script, const std::string& out_dir,
         << " not found; draw them with: " << later << "\n";
     return false;
   }
-  // The first python3 on PATH may be a private one (pyenv, a venv) without
-  // Debian's python3-matplotlib, which only the system interpreter sees.
-  std::string python;
-  for (const char* candidate : {"python3", "/usr/bin/python3"}) {
-    const std::string probe =
-        absl::StrCat(candidate, " -c 'import matplotlib' >/dev/null 2>&1");
-    if (std::system(probe.c_str()) == 0) {
-      python = candidate;
-      break;
-    }
-  }
+  const std::string python = PythonWithMatplotlib();
   if (python.empty()) {
     log << "bench: plots skipped: no python3 with matplotlib (install "
            "python3-matplotlib, e.g. with scripts/setup); the CSV and "

@@ -8,12 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_replace.h"
 #include "planner_service/core/composition_generator.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/planning_context.h"
+#include "planner_service/io/python_plots.h"
 #include "planner_service/io/scenario_io.h"
 #include "planner_service/core/learned_planner.h"
 #include "planner_service/core/planners.h"
@@ -40,15 +40,10 @@ std::string CurvePlotPath(const std::string& curve_csv) {
   return p.string();
 }
 
-std::string ShellQuote(const std::string& s) {
-  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
-}
 
 // Draws the training curve with bench/plot_training_curve.py. A missing
-// script or matplotlib is a note, never an error: the CSV holds the curve
-// and the note says how to draw it later. Debian's python3-matplotlib is
-// seen only by /usr/bin/python3 when a private python3 (pyenv, a venv)
-// comes first on PATH, so that one is tried first.
+// script or matplotlib (PythonWithMatplotlib) is a note, never an error: the
+// CSV holds the curve and the note says how to draw it later.
 void PlotTrainingCurve(const std::string& curve_csv, std::ostream& progress) {
   const std::string script =
       (std::filesystem::path(ARACHNE_SOURCE_SCENARIOS_DIR).parent_path() /
@@ -64,15 +59,7 @@ void PlotTrainingCurve(const std::string& curve_csv, std::ostream& progress) {
              << " not found; the curve is in " << curve_csv << "\n";
     return;
   }
-  std::string python;
-  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
-    const std::string probe =
-        absl::StrCat(candidate, " -c 'import matplotlib' >/dev/null 2>&1");
-    if (std::system(probe.c_str()) == 0) {
-      python = candidate;
-      break;
-    }
-  }
+  const std::string python = PythonWithMatplotlib();
   if (python.empty()) {
     progress << "train: curve plot skipped: no python3 with matplotlib "
                 "(install python3-matplotlib); the curve is in "

@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "planner_service/server/planner_handler.h"
 #include "planner_service/server/planner_server.h"
+#include "test/server/blocking_handler.h"
 
 namespace arachne {
 namespace {
@@ -42,34 +43,7 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-// Plan blocks until the call is cancelled or release_ is notified, so a
-// test can hold a call in flight across the start of a shutdown.
-class BlockingHandler : public PlannerHandler {
- public:
-  absl::StatusOr<PlanAnswer> Plan(const PlanQuery& q) override {
-    entered_.Notify();
-    while (!release_.HasBeenNotified()) {
-      if (q.cancelled != nullptr && q.cancelled->load()) {
-        return absl::CancelledError("search cancelled");
-      }
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-    return absl::UnavailableError("released");
-  }
-  absl::StatusOr<EvaluateAnswer> Evaluate(const EvaluateQuery&) override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::StatusOr<ReplanAnswer> Replan(const ReplanQuery&) override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::StatusOr<std::vector<ModelSpec>> ListModels() override {
-    return std::vector<ModelSpec>{};
-  }
-  absl::StatusOr<std::vector<GpuType>> ListGpuTypes() override {
-    return std::vector<GpuType>{};
-  }
-  absl::Notification entered_, release_;
-};
+using ::arachne::testing::BlockingHandler;
 
 class HealthPortTest : public ::testing::Test {
  protected:

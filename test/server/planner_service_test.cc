@@ -24,6 +24,7 @@
 #include "planner_service/io/planning_context.h"
 #include "planner_service/server/planner_handler_impl.h"
 #include "test/core/uniform_policy.h"
+#include "test/server/blocking_handler.h"
 #include "test/server/loopback_server.h"
 #include "planner_service/server/planner_server.h"
 #include "planner_service/server/proto_convert.h"
@@ -487,35 +488,7 @@ TEST_F(PlannerServiceTest, GetStatsCountsCallsByCode) {
   EXPECT_TRUE(found);
 }
 
-// A handler whose Plan blocks until released or cancelled, so that tests
-// control exactly how many calls are in flight.
-class BlockingHandler : public PlannerHandler {
- public:
-  absl::StatusOr<PlanAnswer> Plan(const PlanQuery& q) override {
-    entered_.Notify();
-    while (!release_.HasBeenNotified()) {
-      if (q.cancelled != nullptr && q.cancelled->load()) {
-        saw_cancel_.Notify();
-        return absl::CancelledError("search cancelled");
-      }
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-    return absl::UnavailableError("released");
-  }
-  absl::StatusOr<EvaluateAnswer> Evaluate(const EvaluateQuery&) override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::StatusOr<ReplanAnswer> Replan(const ReplanQuery&) override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::StatusOr<std::vector<ModelSpec>> ListModels() override {
-    return std::vector<ModelSpec>{};
-  }
-  absl::StatusOr<std::vector<GpuType>> ListGpuTypes() override {
-    return std::vector<GpuType>{};
-  }
-  absl::Notification entered_, release_, saw_cancel_;
-};
+using ::arachne::testing::BlockingHandler;
 
 std::unique_ptr<PlannerServer> StartWithOneSlot(PlannerHandler* handler) {
   PlannerServerConfig config;
