@@ -16,11 +16,9 @@
 namespace arachne {
 namespace {
 
-using FieldErrors = MessageErrors;
-
 absl::StatusOr<int> ResolveGpuType(const std::string& name,
                                    const GpuCatalog& catalog,
-                                   const FieldErrors& errors,
+                                   const MessageErrors& errors,
                                    const std::string& field) {
   if (name.empty()) return errors.At(field, "must name a GPU type, got \"\"");
   absl::StatusOr<int> index = catalog.IndexOf(name);
@@ -28,7 +26,7 @@ absl::StatusOr<int> ResolveGpuType(const std::string& name,
   return *index;
 }
 
-absl::Status CheckGpuCount(int gpus, const FieldErrors& errors,
+absl::Status CheckGpuCount(int gpus, const MessageErrors& errors,
                            const std::string& field) {
   return errors.IntInRange(field, gpus, 1, kMaxGpusPerNode);
 }
@@ -37,7 +35,7 @@ absl::Status CheckGpuCount(int gpus, const FieldErrors& errors,
 // positive number (proto3 `optional` keeps presence over the wire too, so a
 // 0 is a mistake, not a default).
 absl::StatusOr<double> NicOr(bool has, double value, double fallback,
-                             const FieldErrors& errors,
+                             const MessageErrors& errors,
                              const std::string& field) {
   if (!has) return fallback;
   if (!(value > 0)) {
@@ -52,7 +50,7 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
                                            const GpuCatalog& catalog,
                                            absl::string_view source,
                                            absl::string_view path) {
-  const FieldErrors errors(source, path);
+  const MessageErrors errors(source, path);
   absl::StatusOr<double> default_nic =
       NicOr(message.has_inter_node_gbps(), message.inter_node_gbps(),
             kDefaultInterNodeGbps, errors, "inter_node_gbps");

@@ -29,7 +29,7 @@ using google::protobuf::FieldDescriptor;
 // numbers.
 class SchemaChecker {
  public:
-  SchemaChecker(absl::string_view source) : source_(source) {}
+  explicit SchemaChecker(absl::string_view source) : errors_(source, "") {}
 
   absl::StatusOr<Json> Message(const Json& value, const Descriptor& type,
                                const std::string& path) const {
@@ -198,14 +198,10 @@ class SchemaChecker {
   }
 
   absl::Status Error(absl::string_view path, absl::string_view message) const {
-    if (source_.empty()) {
-      return absl::InvalidArgumentError(
-          path.empty() ? std::string(message) : absl::StrCat(path, ": ", message));
-    }
-    return FieldError(source_, path, message);
+    return errors_.At(path, message);
   }
 
-  std::string source_;
+  MessageErrors errors_;  // at the root: `path` arguments are full paths
 };
 
 }  // namespace
@@ -225,13 +221,10 @@ absl::Status MessageFromJson(const nlohmann::json& json,
   if (!status.ok()) {
     // The check above should leave protobuf nothing to reject; if it does,
     // its message is still better than none.
-    const std::string what = absl::StrCat(
-        "does not fit the schema of ", message->GetDescriptor()->full_name(),
-        ": ", status.ToString());
-    return source.empty()
-               ? absl::InvalidArgumentError(
-                     path.empty() ? what : absl::StrCat(path, ": ", what))
-               : FieldError(source, path, what);
+    return MessageErrors(source, path)
+        .At("", absl::StrCat("does not fit the schema of ",
+                             message->GetDescriptor()->full_name(), ": ",
+                             status.ToString()));
   }
   return absl::OkStatus();
 }

@@ -41,6 +41,16 @@ std::string CurvePlotPath(const std::string& curve_csv) {
 }
 
 
+// The evaluation suite: what --evaluate plans and what training never sees
+// (--exclude-scenarios, default the source tree's bench/scenarios).
+absl::StatusOr<std::vector<Scenario>> LoadSuite(const TrainOptions& o,
+                                                const GpuCatalog& catalog) {
+  const std::string suite_dir = o.exclude_scenarios.empty()
+                                    ? ARACHNE_SOURCE_SCENARIOS_DIR
+                                    : o.exclude_scenarios;
+  return LoadScenarioSuite(suite_dir, {}, catalog, o.profiles_dir);
+}
+
 // Draws the training curve with bench/plot_training_curve.py. A missing
 // script or matplotlib (PythonWithMatplotlib) is a note, never an error: the
 // CSV holds the curve and the note says how to draw it later.
@@ -112,11 +122,7 @@ absl::StatusOr<std::vector<PolicyEvaluationRow>> EvaluatePolicy(
           o.evaluate);
       !fits.ok())
     return fits;
-  const std::string suite_dir = o.exclude_scenarios.empty()
-                                    ? ARACHNE_SOURCE_SCENARIOS_DIR
-                                    : o.exclude_scenarios;
-  absl::StatusOr<std::vector<Scenario>> suite =
-      LoadScenarioSuite(suite_dir, {}, *catalog, o.profiles_dir);
+  absl::StatusOr<std::vector<Scenario>> suite = LoadSuite(o, *catalog);
   if (!suite.ok()) return suite.status();
   PolicyNetwork* network = policy->network.get();
   LearnedPlanner learned(
@@ -242,11 +248,7 @@ absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& o,
   // Every composition of the evaluation suite, whatever its model, stays
   // unseen.
   std::vector<Cluster> excluded;
-  const std::string suite_dir = o.exclude_scenarios.empty()
-                                    ? ARACHNE_SOURCE_SCENARIOS_DIR
-                                    : o.exclude_scenarios;
-  absl::StatusOr<std::vector<Scenario>> suite =
-      LoadScenarioSuite(suite_dir, {}, *catalog, o.profiles_dir);
+  absl::StatusOr<std::vector<Scenario>> suite = LoadSuite(o, *catalog);
   if (!suite.ok()) return suite.status();
   for (const Scenario& s : *suite)
     for (const Composition& c : s.compositions) excluded.push_back(c.cluster);

@@ -152,6 +152,32 @@ TEST(LearnedPlannerTest, RejectsNegativeRolloutCount) {
   EXPECT_THAT(r.status().message(), HasSubstr("sampled_rollouts must be >= 0"));
 }
 
+// Figure 7(a)'s first composition (LLaMA-3-8B on 32 A100-40GB + 32
+// H100-80GB) with the built-in profiles: a suite composition no policy was
+// trained on.
+struct Fig07a {
+  GpuCatalog catalog;
+  Scenario scenario;
+
+  static absl::StatusOr<Fig07a> Load() {
+    absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog();
+    if (!catalog.ok()) return catalog.status();
+    absl::StatusOr<Scenario> scenario = LoadScenarioFile(
+        std::string(ARACHNE_SOURCE_DIR) +
+            "/bench/scenarios/fig07a-llama3-8b.yaml",
+        *catalog);
+    if (!scenario.ok()) return scenario.status();
+    return Fig07a{*std::move(catalog), *std::move(scenario)};
+  }
+  // Planning `model` (default: the scenario's) on the composition.
+  absl::StatusOr<std::unique_ptr<PlanningContext>> Context(
+      const ModelSpec* model = nullptr) const {
+    return PlanningContext::Create(
+        catalog, model != nullptr ? *model : scenario.model_spec,
+        scenario.training, scenario.compositions[0].cluster, "");
+  }
+};
+
 class TorchPolicyTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -242,15 +268,9 @@ TEST_F(TorchPolicyTest, RefusesACheckpointOfAnotherProfileSet) {
 // valid and a seed repeats it; qwen3-64b uses its relative qwen3-32b's; a
 // model with neither gets the fallback message.
 TEST_F(TorchPolicyTest, ShippedCheckpointPlansASuiteComposition) {
-  auto catalog = LoadGpuCatalog();
-  ASSERT_TRUE(catalog.ok());
-  auto scenario = LoadScenarioFile(std::string(ARACHNE_SOURCE_DIR) +
-                                       "/bench/scenarios/fig07a-llama3-8b.yaml",
-                                   *catalog);
-  ASSERT_TRUE(scenario.ok()) << scenario.status();
-  auto ctx = PlanningContext::Create(*catalog, scenario->model_spec,
-                                     scenario->training,
-                                     scenario->compositions[0].cluster, "");
+  absl::StatusOr<Fig07a> fig = Fig07a::Load();
+  ASSERT_TRUE(fig.ok()) << fig.status();
+  auto ctx = fig->Context();
   ASSERT_TRUE(ctx.ok()) << ctx.status();
   RegisterTorchPolicy(
       {.policies_dir = std::string(ARACHNE_SOURCE_DIR) + "/profiles/policies"});
@@ -274,17 +294,15 @@ TEST_F(TorchPolicyTest, ShippedCheckpointPlansASuiteComposition) {
   };
   // qwen3-64b has no checkpoint of its own: it plans with its declared
   // relative's, qwen3-32b.
-  auto big = PlanningContext::Create(*catalog, model("qwen3-64b"),
-                                     scenario->training,
-                                     scenario->compositions[0].cluster, "");
+  const ModelSpec qwen3_64b = model("qwen3-64b");
+  auto big = fig->Context(&qwen3_64b);
   ASSERT_TRUE(big.ok()) << big.status();
   auto relative = planner.Run((*big)->cost_model(), Options(2));
   ASSERT_TRUE(relative.ok()) << relative.status();
   EXPECT_TRUE(ValidatePlan(relative->plan, (*big)->cost_model()).ok());
   // llama3-70b has neither.
-  auto moe = PlanningContext::Create(*catalog, model("llama3-70b"),
-                                     scenario->training,
-                                     scenario->compositions[0].cluster, "");
+  const ModelSpec llama3_70b = model("llama3-70b");
+  auto moe = fig->Context(&llama3_70b);
   ASSERT_TRUE(moe.ok()) << moe.status();
   auto q = planner.Run((*moe)->cost_model(), Options(2));
   EXPECT_EQ(q.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -298,15 +316,9 @@ TEST_F(TorchPolicyTest, ShippedCheckpointPlansASuiteComposition) {
 // actions, with the same rollout count and no refinement, on a suite
 // composition neither trained on (fig07a, 32 A100-40GB + 32 H100-80GB).
 TEST(ShippedPolicyTest, BeatsAUniformPolicyOfTheSameRolloutCount) {
-  auto catalog = LoadGpuCatalog();
-  ASSERT_TRUE(catalog.ok());
-  auto scenario = LoadScenarioFile(std::string(ARACHNE_SOURCE_DIR) +
-                                       "/bench/scenarios/fig07a-llama3-8b.yaml",
-                                   *catalog);
-  ASSERT_TRUE(scenario.ok()) << scenario.status();
-  auto ctx = PlanningContext::Create(*catalog, scenario->model_spec,
-                                     scenario->training,
-                                     scenario->compositions[0].cluster, "");
+  absl::StatusOr<Fig07a> fig = Fig07a::Load();
+  ASSERT_TRUE(fig.ok()) << fig.status();
+  auto ctx = fig->Context();
   ASSERT_TRUE(ctx.ok()) << ctx.status();
   const PolicyModelFactory trained = MakeTorchPolicyFactory(
       {.policies_dir = std::string(ARACHNE_SOURCE_DIR) + "/profiles/policies"});
