@@ -88,6 +88,7 @@ struct GrpoTrainer::State {
   std::vector<const CostModel*> cost_models;
   std::vector<ConstructionEnv> envs;
   std::unique_ptr<PolicyNetwork> network;
+  PolicyScratch scratch;  // Play's inference buffers
   std::unique_ptr<torch::optim::Adam> optimizer;
   std::mt19937_64 rng;
   std::vector<int> order;  // composition visiting order (reshuffled)
@@ -142,12 +143,12 @@ Rollout GrpoTrainer::State::Play(int composition, bool force_depth,
   ConstructionEnv& env = envs[composition];
   env.Reset();
   Rollout r;
-  std::vector<float> candidates;
+  std::vector<float> candidates, log_p;
   int template_start = 0;
   while (!env.done()) {
     Decision d;
     d.head = HeadIndex(env.head());
-    const std::vector<float> log_p = network->Logits(env);
+    network->Logits(env, scratch, &log_p);
     absl::Span<const uint8_t> mask = env.LegalMask();
     const bool first_depth = env.head() == EnvHead::kDepth &&
                              env.templates_placed() == 0;

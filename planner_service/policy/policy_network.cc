@@ -20,11 +20,6 @@ namespace {
 
 constexpr char kMetadataKey[] = "arachne_metadata";
 
-int Slots(int head) {
-  return head == 0 ? kEnvDepthActions : (head == 1 ? kEnvTypeSlots
-                                                   : kEnvTpSlots);
-}
-
 absl::Status CheckSize(const char* field, int value) {
   if (value < 1 || value > 4096) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -34,45 +29,6 @@ absl::Status CheckSize(const char* field, int value) {
 }
 
 }  // namespace
-
-int HeadCandidates(const ConstructionEnv& env, std::vector<float>* out) {
-  out->clear();
-  switch (env.head()) {
-    case EnvHead::kDepth: {
-      absl::Span<const float> rows = env.DepthCandidates();
-      out->assign(rows.begin(), rows.end());
-      return kEnvDepthFeatures;
-    }
-    case EnvHead::kDevice: {
-      absl::Span<const float> rows = env.DeviceCandidates();
-      out->assign(rows.begin(), rows.end());
-      return kEnvDeviceFeatures;
-    }
-    case EnvHead::kTp: {
-      absl::Span<const float> s = env.State();
-      int slot = 0;
-      for (int i = 1; i < kEnvTypeSlots; ++i) {
-        if (s[kEnvGlobalOffset + env_global_feature::kPendingType + i] >
-            s[kEnvGlobalOffset + env_global_feature::kPendingType + slot])
-          slot = i;
-      }
-      const float* type = &s[slot * kEnvTypeFeatures];
-      out->resize(kEnvTpSlots * kTpCandidateFeatures, 0.0f);
-      for (int k = 0; k < kEnvTpSlots; ++k) {
-        float* row = out->data() + k * kTpCandidateFeatures;
-        row[0] = type[env_type_feature::kRelativeSpeed + k];
-        row[1] = type[env_type_feature::kEffectiveSpeed + k];
-        row[2] = type[env_type_feature::kLayerMemory + k];
-        row[3 + k] = 1;
-      }
-      return kTpCandidateFeatures;
-    }
-    case EnvHead::kDone:
-      break;
-  }
-  LOG(FATAL) << "HeadCandidates on a finished episode";
-  return 0;
-}
 
 PolicyNetwork::Module::Module(const PolicyNetworkConfig& c) : config(c) {
   const int film_params = 2 * c.hidden * c.layers + 2 * c.head_hidden * 3;
@@ -170,7 +126,7 @@ std::vector<float> PolicyNetwork::TorchLogits(const ConstructionEnv& env) {
   const int head = HeadIndex(env.head());
   std::vector<float> candidates;
   const int features = HeadCandidates(env, &candidates);
-  const int rows = Slots(head);
+  const int rows = HeadActions(head);
   absl::Span<const uint8_t> mask = env.LegalMask();
   absl::Span<const float> state = env.State();
   // from_blob does not copy; the spans outlive the forward pass.
@@ -189,123 +145,56 @@ std::vector<float> PolicyNetwork::TorchLogits(const ConstructionEnv& env) {
   return out;
 }
 
-namespace {
-
-// y[o] = b[o] + sum_i W[o][i] x[i] for the rows [first, first + count).
-void Affine(const std::vector<float>& w, const std::vector<float>& b, int in,
-            const float* x, int first, int count, float* y) {
-  for (int o = 0; o < count; ++o) {
-    const float* row = w.data() + static_cast<size_t>(first + o) * in;
-    float acc = b[first + o];
-    for (int i = 0; i < in; ++i) acc += row[i] * x[i];
-    y[o] = acc;
-  }
-}
-
-}  // namespace
-
 void PolicyNetwork::SyncInference() {
   torch::NoGradGuard no_grad;
-  auto copy = [](const torch::nn::Linear& from, DenseLayer* to) {
+  auto copy = [](const torch::nn::Linear& from) {
     const torch::Tensor w = from->weight.detach().contiguous();
     const torch::Tensor b = from->bias.detach().contiguous();
-    to->out = static_cast<int>(w.size(0));
-    to->in = static_cast<int>(w.size(1));
-    to->weight.assign(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
-    to->bias.assign(b.data_ptr<float>(), b.data_ptr<float>() + b.numel());
+    return InferenceLayer::FromRowMajor(static_cast<int>(w.size(1)),
+                                        static_cast<int>(w.size(0)),
+                                        w.data_ptr<float>(),
+                                        b.data_ptr<float>());
   };
-  copy(module_->film_in, &film_in_);
-  copy(module_->film_out, &film_out_);
-  backbone_.resize(module_->backbone.size());
-  for (size_t l = 0; l < backbone_.size(); ++l)
-    copy(module_->backbone[l], &backbone_[l]);
+  auto weights = std::make_shared<PolicyWeights>();
+  weights->config = config_;
+  weights->version = PolicyWeights::NextVersion();
+  weights->film_in = copy(module_->film_in);
+  weights->film_out = copy(module_->film_out);
+  for (const torch::nn::Linear& layer : module_->backbone)
+    weights->backbone.push_back(copy(layer));
   for (int h = 0; h < 3; ++h) {
-    copy(module_->head_in[h], &head_in_[h]);
-    copy(module_->head_out[h], &head_out_[h]);
+    weights->head_in[h] = copy(module_->head_in[h]);
+    weights->head_out[h] = copy(module_->head_out[h]);
   }
+  weights_ = std::move(weights);
 }
 
 std::vector<float> PolicyNetwork::Logits(const ConstructionEnv& env) const {
-  CHECK(!env.done());
-  const int head = HeadIndex(env.head());
-  const int rows = Slots(head);
-  const int hidden = config_.hidden, head_hidden = config_.head_hidden;
-  std::vector<float> candidates;
-  const int features = HeadCandidates(env, &candidates);
+  PolicyScratch scratch;
+  std::vector<float> out;
+  PolicyLogits(*weights_, env, scratch, &out);
+  return out;
+}
+
+void PolicyNetwork::Logits(const ConstructionEnv& env, PolicyScratch& scratch,
+                           std::vector<float>* out) const {
+  PolicyLogits(*weights_, env, scratch, out);
+}
+
+void PolicyNetwork::ActionProbabilities(const ConstructionEnv& env,
+                                        absl::Span<float> probabilities,
+                                        PolicyScratch& scratch) const {
+  PolicyLogits(*weights_, env, scratch, &scratch.logits);
+  CHECK_EQ(probabilities.size(), scratch.logits.size());
   absl::Span<const uint8_t> mask = env.LegalMask();
-  absl::Span<const float> state = env.State();
-
-  // FiLM: only the slices this decision uses (the backbone's and the
-  // acting head's).
-  std::vector<float> film_hidden(config_.film_hidden);
-  Affine(film_in_.weight, film_in_.bias, kEnvSummarySize,
-         state.data() + kEnvSummaryOffset, 0, config_.film_hidden,
-         film_hidden.data());
-  for (float& v : film_hidden) v = std::max(v, 0.0f);
-  const int backbone_film = 2 * hidden * config_.layers;
-  std::vector<float> film(backbone_film + 2 * head_hidden);
-  Affine(film_out_.weight, film_out_.bias, config_.film_hidden,
-         film_hidden.data(), 0, backbone_film, film.data());
-  Affine(film_out_.weight, film_out_.bias, config_.film_hidden,
-         film_hidden.data(), backbone_film + 2 * head_hidden * head,
-         2 * head_hidden, film.data() + backbone_film);
-
-  std::vector<float> x(state.begin(), state.end()), y(hidden);
-  for (int l = 0; l < config_.layers; ++l) {
-    const DenseLayer& layer = backbone_[l];
-    Affine(layer.weight, layer.bias, layer.in, x.data(), 0, hidden, y.data());
-    const float* scale = film.data() + 2 * hidden * l;
-    const float* shift = scale + hidden;
-    for (int i = 0; i < hidden; ++i)
-      y[i] = std::max(y[i] * (1 + scale[i]) + shift[i], 0.0f);
-    x.assign(y.begin(), y.end());
-  }
-
-  // head_in over [backbone, candidate]: the backbone part is shared by the
-  // candidates, so it is computed once.
-  const DenseLayer& in = head_in_[head];
-  const DenseLayer& out = head_out_[head];
-  std::vector<float> base(head_hidden);
-  for (int o = 0; o < head_hidden; ++o) {
-    const float* row = in.weight.data() + static_cast<size_t>(o) * in.in;
-    float acc = in.bias[o];
-    for (int i = 0; i < hidden; ++i) acc += row[i] * x[i];
-    base[o] = acc;
-  }
-  const float* scale = film.data() + backbone_film;
-  const float* shift = scale + head_hidden;
-  std::vector<float> logits(rows, kMaskedLogit);
-  float top = kMaskedLogit;
-  for (int r = 0; r < rows; ++r) {
-    if (!mask[r]) continue;
-    const float* c = candidates.data() + r * features;
-    float logit = out.bias[0];
-    for (int o = 0; o < head_hidden; ++o) {
-      const float* row =
-          in.weight.data() + static_cast<size_t>(o) * in.in + hidden;
-      float acc = base[o];
-      for (int f = 0; f < features; ++f) acc += row[f] * c[f];
-      logit += out.weight[o] * std::max(acc * (1 + scale[o]) + shift[o], 0.0f);
-    }
-    logits[r] = logit;
-    top = std::max(top, logit);
-  }
-  double sum = 0;
-  for (int r = 0; r < rows; ++r)
-    if (mask[r]) sum += std::exp(static_cast<double>(logits[r] - top));
-  const float log_sum = top + static_cast<float>(std::log(sum));
-  for (int r = 0; r < rows; ++r)
-    if (mask[r]) logits[r] -= log_sum;
-  return logits;
+  for (size_t a = 0; a < scratch.logits.size(); ++a)
+    probabilities[a] = mask[a] ? std::exp(scratch.logits[a]) : 0.0f;
 }
 
 void PolicyNetwork::ActionProbabilities(const ConstructionEnv& env,
                                         absl::Span<float> probabilities) {
-  const std::vector<float> logp = Logits(env);
-  CHECK_EQ(probabilities.size(), logp.size());
-  absl::Span<const uint8_t> mask = env.LegalMask();
-  for (size_t a = 0; a < logp.size(); ++a)
-    probabilities[a] = mask[a] ? std::exp(logp[a]) : 0.0f;
+  PolicyScratch scratch;
+  ActionProbabilities(env, probabilities, scratch);
 }
 
 void PolicyNetwork::CopyFrom(const PolicyNetwork& other) {

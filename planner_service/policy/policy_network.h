@@ -26,30 +26,9 @@
 #include "absl/types/span.h"
 #include "planner_service/core/construction_env.h"
 #include "planner_service/core/learned_planner.h"
+#include "planner_service/policy/policy_inference.h"
 
 namespace arachne {
-
-// Sizes of the network; stored in every checkpoint.
-struct PolicyNetworkConfig {
-  int hidden = 128;      // backbone width
-  int layers = 2;        // backbone layers (each FiLM-conditioned)
-  int head_hidden = 64;  // hidden width of each head's candidate scorer
-  int film_hidden = 32;  // hidden width of the FiLM generator
-};
-
-// Features of one TP-head candidate (TP 2^k of the pending type slot s),
-// read from the state: relative speed α, effective speed φ and layer memory
-// μ of slot s at TP 2^k, then the one-hot of k.
-inline constexpr int kTpCandidateFeatures = 7;
-
-// Logit of an illegal action: exp underflows to exactly 0 in float, and
-// 0 * logit stays finite in the entropy (unlike -inf).
-inline constexpr float kMaskedLogit = -1e9f;
-
-// The acting head's candidate rows of `env` (not done): depth 17 x 7,
-// device 4 x 9, TP 4 x kTpCandidateFeatures, appended row-major to
-// `out` (cleared first). Returns the feature count per row.
-int HeadCandidates(const ConstructionEnv& env, std::vector<float>* out);
 
 class PolicyNetwork : public PolicyModel {
  public:
@@ -69,12 +48,19 @@ class PolicyNetwork : public PolicyModel {
   // PolicyModel: softmax over the acting head's masked logits.
   void ActionProbabilities(const ConstructionEnv& env,
                            absl::Span<float> probabilities) override;
+  // The same with `scratch`'s buffers and cached FiLM output (one scratch
+  // per caller and thread; see policy_inference.h).
+  void ActionProbabilities(const ConstructionEnv& env,
+                           absl::Span<float> probabilities,
+                           PolicyScratch& scratch) const;
   // Log-probabilities of the acting head's actions (kMaskedLogit where
   // illegal), computed on a plain float copy of the weights (the inference
-  // snapshot): LibTorch's per-operator overhead would make one decision
-  // ~10x slower. The snapshot is taken by Create, the checkpoint loader,
-  // CopyFrom and SyncInference.
+  // snapshot, policy_inference.h): LibTorch's per-operator overhead would
+  // make one decision ~10x slower. The snapshot is taken by Create, the
+  // checkpoint loader, CopyFrom and SyncInference.
   std::vector<float> Logits(const ConstructionEnv& env) const;
+  void Logits(const ConstructionEnv& env, PolicyScratch& scratch,
+              std::vector<float>* out) const;
   // The same through the LibTorch module (for tests of the snapshot).
   std::vector<float> TorchLogits(const ConstructionEnv& env);
   // Refreshes the inference snapshot from the module's parameters; the
@@ -91,17 +77,11 @@ class PolicyNetwork : public PolicyModel {
  private:
   PolicyNetwork(const PolicyNetworkConfig& config,
                 std::shared_ptr<Module> module);
-  // A dense layer's weights in row-major [out][in] order, as LibTorch
-  // stores them.
-  struct DenseLayer {
-    int in = 0, out = 0;
-    std::vector<float> weight, bias;
-  };
   PolicyNetworkConfig config_;
   std::shared_ptr<Module> module_;
-  DenseLayer film_in_, film_out_;
-  std::vector<DenseLayer> backbone_;
-  std::array<DenseLayer, 3> head_in_, head_out_;
+  // Replaced whole by SyncInference (never modified in place), so a
+  // scratch's cached FiLM output is keyed by its version.
+  std::shared_ptr<const PolicyWeights> weights_;
 };
 
 }  // namespace arachne

@@ -14,24 +14,6 @@
 
 namespace arachne {
 
-// Index of a head in the module's per-head arrays.
-inline int HeadIndex(EnvHead head) {
-  switch (head) {
-    case EnvHead::kDepth:
-      return 0;
-    case EnvHead::kDevice:
-      return 1;
-    case EnvHead::kTp:
-      return 2;
-    case EnvHead::kDone:
-      break;
-  }
-  LOG(FATAL) << "no head acts in a finished episode";
-  return -1;
-}
-inline constexpr std::array<int, 3> kHeadFeatures = {
-    kEnvDepthFeatures, kEnvDeviceFeatures, kTpCandidateFeatures};
-
 struct PolicyNetwork::Module : torch::nn::Module {
   explicit Module(const PolicyNetworkConfig& config);
 

@@ -28,10 +28,11 @@ class SharedPolicy : public PolicyModel {
       : network_(std::move(network)) {}
   void ActionProbabilities(const ConstructionEnv& env,
                            absl::Span<float> probabilities) override {
-    network_->ActionProbabilities(env, probabilities);
+    network_->ActionProbabilities(env, probabilities, scratch_);
   }
 
  private:
+  PolicyScratch scratch_;  // one planning run's inference buffers
   std::shared_ptr<PolicyNetwork> network_;
 };
 

@@ -97,10 +97,11 @@ class BorrowedPolicy : public PolicyModel {
   explicit BorrowedPolicy(PolicyNetwork* network) : network_(network) {}
   void ActionProbabilities(const ConstructionEnv& env,
                            absl::Span<float> probabilities) override {
-    network_->ActionProbabilities(env, probabilities);
+    network_->ActionProbabilities(env, probabilities, scratch_);
   }
 
  private:
+  PolicyScratch scratch_;  // one planning run's inference buffers
   PolicyNetwork* network_;
 };
 

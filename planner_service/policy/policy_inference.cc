@@ -1,0 +1,190 @@
+#include "planner_service/policy/policy_inference.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+#include "glog/logging.h"
+
+namespace arachne {
+namespace {
+
+// y[o] = b[o] + sum_i x[i] W[i][o] over the layer's outputs: the inner loop
+// runs over contiguous outputs, independent lanes the compiler vectorises.
+void AffineT(const InferenceLayer& layer, const float* __restrict x,
+             float* __restrict y) {
+  const int out = layer.out;
+  const float* __restrict b = layer.bias.data();
+  for (int o = 0; o < out; ++o) y[o] = b[o];
+  const float* __restrict w = layer.weight_t.data();
+  for (int i = 0; i < layer.in; ++i) {
+    const float xi = x[i];
+    if (xi == 0.0f) continue;  // the state has many zero features
+    const float* __restrict row = w + static_cast<size_t>(i) * out;
+    for (int o = 0; o < out; ++o) y[o] += xi * row[o];
+  }
+}
+
+}  // namespace
+
+int HeadIndex(EnvHead head) {
+  switch (head) {
+    case EnvHead::kDepth:
+      return 0;
+    case EnvHead::kDevice:
+      return 1;
+    case EnvHead::kTp:
+      return 2;
+    case EnvHead::kDone:
+      break;
+  }
+  LOG(FATAL) << "no head acts in a finished episode";
+  return -1;
+}
+
+int HeadActions(int head) {
+  return head == 0 ? kEnvDepthActions
+                   : (head == 1 ? kEnvTypeSlots : kEnvTpSlots);
+}
+
+int HeadCandidates(const ConstructionEnv& env, std::vector<float>* out) {
+  out->clear();
+  switch (env.head()) {
+    case EnvHead::kDepth: {
+      absl::Span<const float> rows = env.DepthCandidates();
+      out->assign(rows.begin(), rows.end());
+      return kEnvDepthFeatures;
+    }
+    case EnvHead::kDevice: {
+      absl::Span<const float> rows = env.DeviceCandidates();
+      out->assign(rows.begin(), rows.end());
+      return kEnvDeviceFeatures;
+    }
+    case EnvHead::kTp: {
+      absl::Span<const float> s = env.State();
+      int slot = 0;
+      for (int i = 1; i < kEnvTypeSlots; ++i) {
+        if (s[kEnvGlobalOffset + env_global_feature::kPendingType + i] >
+            s[kEnvGlobalOffset + env_global_feature::kPendingType + slot])
+          slot = i;
+      }
+      const float* type = &s[slot * kEnvTypeFeatures];
+      out->resize(kEnvTpSlots * kTpCandidateFeatures, 0.0f);
+      for (int k = 0; k < kEnvTpSlots; ++k) {
+        float* row = out->data() + k * kTpCandidateFeatures;
+        row[0] = type[env_type_feature::kRelativeSpeed + k];
+        row[1] = type[env_type_feature::kEffectiveSpeed + k];
+        row[2] = type[env_type_feature::kLayerMemory + k];
+        row[3 + k] = 1;
+      }
+      return kTpCandidateFeatures;
+    }
+    case EnvHead::kDone:
+      break;
+  }
+  LOG(FATAL) << "HeadCandidates on a finished episode";
+  return 0;
+}
+
+InferenceLayer InferenceLayer::FromRowMajor(int in, int out,
+                                            const float* weight,
+                                            const float* bias) {
+  InferenceLayer layer;
+  layer.in = in;
+  layer.out = out;
+  layer.weight_t.resize(static_cast<size_t>(in) * out);
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < in; ++i)
+      layer.weight_t[static_cast<size_t>(i) * out + o] =
+          weight[static_cast<size_t>(o) * in + i];
+  layer.bias.assign(bias, bias + out);
+  return layer;
+}
+
+uint64_t PolicyWeights::NextVersion() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+void PolicyLogits(const PolicyWeights& w, const ConstructionEnv& env,
+                  PolicyScratch& s, std::vector<float>* out) {
+  CHECK(!env.done());
+  const PolicyNetworkConfig& c = w.config;
+  const int head = HeadIndex(env.head());
+  const int rows = HeadActions(head);
+  const int features = HeadCandidates(env, &s.candidates);
+  absl::Span<const uint8_t> mask = env.LegalMask();
+  absl::Span<const float> state = env.State();
+  const float* summary = state.data() + kEnvSummaryOffset;
+
+  // FiLM, once per composition summary and snapshot.
+  if (s.film_version != w.version ||
+      !std::equal(s.film_summary.begin(), s.film_summary.end(), summary)) {
+    s.film_hidden.resize(c.film_hidden);
+    AffineT(w.film_in, summary, s.film_hidden.data());
+    for (float& v : s.film_hidden) v = std::max(v, 0.0f);
+    s.film.resize(w.film_out.out);
+    AffineT(w.film_out, s.film_hidden.data(), s.film.data());
+    std::copy(summary, summary + kEnvSummarySize, s.film_summary.begin());
+    s.film_version = w.version;
+  }
+
+  s.x.assign(state.begin(), state.end());
+  s.y.resize(c.hidden);
+  for (int l = 0; l < c.layers; ++l) {
+    AffineT(w.backbone[l], s.x.data(), s.y.data());
+    const float* scale = s.film.data() + 2 * c.hidden * l;
+    const float* shift = scale + c.hidden;
+    for (int i = 0; i < c.hidden; ++i)
+      s.y[i] = std::max(s.y[i] * (1 + scale[i]) + shift[i], 0.0f);
+    s.x.swap(s.y);
+    s.y.resize(c.hidden);
+  }
+
+  // head_in over [backbone, candidate]: the backbone part (the first
+  // `hidden` input rows) once, then each candidate's rows on top.
+  const InferenceLayer& in = w.head_in[head];
+  const InferenceLayer& out_layer = w.head_out[head];
+  const int hh = c.head_hidden;
+  s.base.resize(hh);
+  for (int o = 0; o < hh; ++o) s.base[o] = in.bias[o];
+  for (int i = 0; i < c.hidden; ++i) {
+    const float xi = s.x[i];
+    if (xi == 0.0f) continue;  // ReLU output: often zero
+    const float* row = in.weight_t.data() + static_cast<size_t>(i) * hh;
+    float* __restrict base = s.base.data();
+    for (int o = 0; o < hh; ++o) base[o] += xi * row[o];
+  }
+  const float* scale = s.film.data() + 2 * c.hidden * c.layers + 2 * hh * head;
+  const float* shift = scale + hh;
+  s.acc.resize(hh);
+  out->assign(rows, kMaskedLogit);
+  float top = kMaskedLogit;
+  for (int r = 0; r < rows; ++r) {
+    if (!mask[r]) continue;
+    const float* cand = s.candidates.data() + r * features;
+    float* __restrict acc = s.acc.data();
+    std::copy(s.base.begin(), s.base.end(), acc);
+    for (int f = 0; f < features; ++f) {
+      const float cf = cand[f];
+      if (cf == 0.0f) continue;
+      const float* row =
+          in.weight_t.data() + static_cast<size_t>(c.hidden + f) * hh;
+      for (int o = 0; o < hh; ++o) acc[o] += cf * row[o];
+    }
+    float logit = out_layer.bias[0];
+    for (int o = 0; o < hh; ++o)
+      logit += out_layer.weight_t[o] *
+               std::max(acc[o] * (1 + scale[o]) + shift[o], 0.0f);
+    (*out)[r] = logit;
+    top = std::max(top, logit);
+  }
+  double sum = 0;
+  for (int r = 0; r < rows; ++r)
+    if (mask[r]) sum += std::exp(static_cast<double>((*out)[r] - top));
+  const float log_sum = top + static_cast<float>(std::log(sum));
+  for (int r = 0; r < rows; ++r)
+    if (mask[r]) (*out)[r] -= log_sum;
+}
+
+}  // namespace arachne
