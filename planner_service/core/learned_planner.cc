@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
+#include "planner_service/core/episode_moves.h"
 #include "planner_service/core/search_tracker.h"
 
 namespace arachne {
@@ -75,10 +76,15 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
         absl::StrCat("learned planner: sampled_rollouts must be >= 0, got ",
                      config_.sampled_rollouts));
   }
-  if (config_.refined_episodes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("learned planner: refined_episodes must be >= 0, got ",
-                     config_.refined_episodes));
+  for (const auto& [field, value] :
+       {std::pair<const char*, int>{"refined_episodes",
+                                    config_.refined_episodes},
+        {"refinement_passes", config_.refinement_passes},
+        {"perturbation_rounds", config_.perturbation_rounds}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "learned planner: ", field, " must be >= 0, got ", value));
+    }
   }
   PolicyModelFactory factory = factory_;
   if (!factory) {
@@ -206,17 +212,14 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
     remember();
   }
 
-  // Local refinement of each elite episode: each decision in turn is
-  // replaced by each other legal action, and the episode completed two ways
-  // (the policy's greedy choices, and the episode's own later decisions
-  // where they are still legal, so a change of one stage keeps the rest of
-  // the structure); the fastest of these, if faster, becomes the episode
-  // and the scan goes on from the next decision. Deterministic (no
-  // sampling).
+  // Local refinement of each elite episode (descend: the passes of
+  // LearnedPlannerConfig::refinement_passes). Deterministic for a seed: the
+  // structural moves are shuffled with the run's generator.
   std::array<uint8_t, kMaxActions> legal{};
-  for (Episode& episode : elite) {
-    std::vector<int>& current = episode.actions;
-    double current_time = episode.iteration_time_s;
+  std::vector<int> present_slots;
+  for (int slot = 0; slot < kEnvTypeSlots; ++slot)
+    if (env->SlotType(slot) >= 0) present_slots.push_back(slot);
+  auto descend = [&](std::vector<int>& current, double& current_time) {
     for (int pass = 0; pass < config_.refinement_passes; ++pass) {
       bool improved = false;
       for (size_t pos = 0; pos < current.size() && !tracker.OutOfBudget();
@@ -252,7 +255,74 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
           improved = true;
         }
       }
+      // Structural moves: several decisions changed together (a template's
+      // types or TPs, its depth, its presence or order), which the
+      // one-decision scan above cannot reach through worse intermediate
+      // plans. Each neighbour is replayed as far as its actions are legal,
+      // then completed by the policy's greedy choices; the best, if
+      // faster, is kept.
+      if (config_.structural_moves) {
+        // First improvement in a shuffled order (seeded): each accepted
+        // move starts a new scan of the new episode's neighbours, until a
+        // whole scan finds nothing.
+        bool moved = true;
+        while (moved && !tracker.OutOfBudget()) {
+          moved = false;
+          std::vector<std::vector<TemplateActions>> neighbours =
+              StructuralNeighbours(ReadTemplates(current), present_slots);
+          std::shuffle(neighbours.begin(), neighbours.end(), rng);
+          for (const std::vector<TemplateActions>& n : neighbours) {
+            if (tracker.OutOfBudget()) break;
+            const std::vector<int> actions = WriteTemplates(n);
+            if (actions == current) continue;
+            play({}, /*greedy=*/true, actions);
+            if (!env->plan().templates.empty() &&
+                env->iteration_time_s() < current_time) {
+              current = taken;
+              current_time = env->iteration_time_s();
+              improved = moved = true;
+              break;
+            }
+          }
+        }
+      }
       if (!improved) break;
+    }
+  };
+  for (Episode& episode : elite)
+    descend(episode.actions, episode.iteration_time_s);
+
+  // Iterated local search from the best refined episode while the budget
+  // lasts: a kick of two random structural moves, a descent from there,
+  // kept when faster; perturbation_rounds kicks in a row without a gain
+  // end it (small clusters finish early).
+  if (config_.perturbation_rounds > 0 && config_.refinement_passes > 0 &&
+      !elite.empty()) {
+    const Episode* start = &elite.front();
+    for (const Episode& e : elite)
+      if (e.iteration_time_s < start->iteration_time_s) start = &e;
+    std::vector<int> best = start->actions;
+    double best_time = start->iteration_time_s;
+    for (int stale = 0;
+         stale < config_.perturbation_rounds && !tracker.OutOfBudget();) {
+      std::vector<TemplateActions> kicked = ReadTemplates(best);
+      for (int kick = 0; kick < 2; ++kick) {
+        std::vector<std::vector<TemplateActions>> n =
+            StructuralNeighbours(kicked, present_slots);
+        if (n.empty()) break;
+        kicked = std::move(n[rng() % n.size()]);
+      }
+      play({}, /*greedy=*/true, WriteTemplates(kicked));
+      ++stale;
+      if (env->plan().templates.empty()) continue;
+      std::vector<int> current = taken;
+      double current_time = env->iteration_time_s();
+      descend(current, current_time);
+      if (current_time < best_time) {
+        best = std::move(current);
+        best_time = current_time;
+        stale = 0;
+      }
     }
   }
   return tracker.Finish(name(), /*exhaustive=*/false);

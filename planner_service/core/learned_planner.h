@@ -74,16 +74,31 @@ struct LearnedPlannerConfig {
   // 0.9 s keeps the whole call (policy load, environment set-up, answer)
   // under a second on one core.
   absl::Duration latency_budget = absl::Milliseconds(900);
-  // Passes of local refinement over an episode's decisions (each decision
-  // replaced by every other legal action, the rest completed by the
-  // episode's own later decisions while legal, and by the policy's greedy
-  // ones; an improvement is kept); a pass that improves nothing ends it. 0
-  // disables. Runs within the same budgets.
-  int refinement_passes = 2;
-  // How many of the best distinct episodes are refined, best first. On the
-  // bench suite 4 instead of 1 raised the geometric mean over exact@20s
-  // from 0.987 to 0.990 (docs/learned-policy.md, Inference).
+  // Passes of local refinement of an episode by the cost model; a pass
+  // that improves nothing ends it, 0 disables refinement. A pass is
+  //  1. a one-decision scan: each decision replaced by every other legal
+  //     action, the rest completed by the episode's own later decisions
+  //     while legal and, separately, by the policy's greedy ones; the best
+  //     alternative, if faster, is kept and the scan goes on;
+  //  2. structural moves (when structural_moves): changes of several
+  //     decisions at once that the scan cannot reach through worse plans
+  //     (a template's types or TPs set together, stages swapped, rotated,
+  //     inserted, removed, merged or split, its depth halved or doubled, a
+  //     template removed, merged with the next or swapped with it;
+  //     learned_planner.cc, StructuralNeighbours), in a seeded shuffled
+  //     order, first improvement kept, until none improves.
+  // Runs within the same budgets.
+  int refinement_passes = 3;
+  // How many of the best distinct episodes are refined, best first.
   int refined_episodes = 4;
+  bool structural_moves = true;
+  // Iterated local search after the refinement: a kick of two random
+  // structural moves from the best episode, then a refinement from there,
+  // kept when faster; this many kicks in a row without a gain end it
+  // (small clusters finish early, large ones run to latency_budget). 0
+  // disables. On the bench suite 32 meets both quality bars on 43 of 50
+  // compositions against 40 without (docs/learned-policy.md, Inference).
+  int perturbation_rounds = 32;
 };
 
 class LearnedPlanner : public Planner {
@@ -104,6 +119,8 @@ class LearnedPlanner : public Planner {
   // environment's error for a cluster it cannot hold (more than 4 GPU types,
   // nothing profiled), InvalidArgument for sampled_rollouts < 0, and
   // SearchTracker::Finish's FailedPrecondition when no rollout found a plan.
+  // InvalidArgument too for refined_episodes, refinement_passes or
+  // perturbation_rounds < 0.
   absl::StatusOr<PlanResult> Run(const CostModel& cost_model,
                                  const PlannerOptions& options) override;
 
