@@ -86,8 +86,9 @@ absl::Status CheckOptions(const BenchOptions& o) {
 absl::StatusOr<std::vector<std::string>> ResolvePlanners(
     const std::vector<std::string>& requested,
     std::vector<BenchSkip>* skipped) {
-  const std::vector<std::string> known = PlannerNames();
-  if (requested.empty()) return known;
+  if (requested.empty()) return PlannerNames();
+  std::vector<std::string> known = PlannerNames();
+  for (const std::string& name : AblationPlannerNames()) known.push_back(name);
   std::vector<std::string> planners;
   std::set<std::string> seen;
   for (const std::string& name : requested) {

@@ -577,8 +577,9 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   RemoteFlags plan_remote;
   AddRemoteFlags(plan, &plan_remote);
   plan->add_option("--planner", planner,
-                   "exact, amp, espresso, hexiscale, metis, sailor, random "
-                   "or learned (docs/planners.md)");
+                   "exact, amp, espresso, hexiscale, metis, sailor, random, "
+                   "learned or template-search (the learned planner's search "
+                   "with a uniform policy; docs/planners.md)");
   plan->add_option("--objective", objective,
                    "throughput (default) or usd_per_token: what the best plan "
                    "maximises / minimises (docs/planners.md#objectives)");

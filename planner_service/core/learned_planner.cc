@@ -57,6 +57,21 @@ void RegisterLearnedPolicyFactory(PolicyModelFactory factory) {
   RegisteredFactory() = std::move(factory);
 }
 
+void UniformPolicyModel::ActionProbabilities(const ConstructionEnv& env,
+                                             absl::Span<float> probabilities) {
+  absl::Span<const uint8_t> mask = env.LegalMask();
+  float legal = 0;
+  for (uint8_t m : mask) legal += m;
+  for (size_t a = 0; a < probabilities.size(); ++a)
+    probabilities[a] = mask[a] ? 1.0f / legal : 0.0f;
+}
+
+PolicyModelFactory UniformPolicyFactory() {
+  return [](const CostModel&) -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
+    return std::unique_ptr<PolicyModel>(std::make_unique<UniformPolicyModel>());
+  };
+}
+
 bool HasLearnedPolicyFactory() {
   absl::MutexLock lock(&factory_mu);
   return static_cast<bool>(RegisteredFactory());

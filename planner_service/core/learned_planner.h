@@ -42,6 +42,18 @@ class PolicyModel {
                                    absl::Span<float> probabilities) = 0;
 };
 
+// Uniform over the legal actions: no learning. Drives the
+// "template-search" ablation planner (planners.h) and tests of the code
+// around the policy in builds without LibTorch.
+class UniformPolicyModel : public PolicyModel {
+ public:
+  void ActionProbabilities(const ConstructionEnv& env,
+                           absl::Span<float> probabilities) override;
+};
+
+// The name the learned planner's search goes by with a uniform policy.
+inline constexpr char kTemplateSearchPlannerName[] = "template-search";
+
 // Makes the policy for the cost model's model (its own checkpoint, else its
 // declared relative's, ModelSpec::policy_relative). FailedPrecondition with
 // the reason when there is none or it does not match (other profile set,
@@ -49,6 +61,9 @@ class PolicyModel {
 using PolicyModelFactory =
     std::function<absl::StatusOr<std::unique_ptr<PolicyModel>>(
         const CostModel& cost_model)>;
+
+// A factory of UniformPolicyModel, for any model.
+PolicyModelFactory UniformPolicyFactory();
 
 // Installs the factory LearnedPlanner uses when constructed without one
 // (the LibTorch policy library calls this; see
@@ -104,11 +119,16 @@ struct LearnedPlannerConfig {
 class LearnedPlanner : public Planner {
  public:
   // `factory` empty: the registered one (RegisterLearnedPolicyFactory).
+  // `name`: what the planner reports itself as ("template-search" with
+  // the uniform policy).
   explicit LearnedPlanner(LearnedPlannerConfig config = {},
-                          PolicyModelFactory factory = nullptr)
-      : config_(config), factory_(std::move(factory)) {}
+                          PolicyModelFactory factory = nullptr,
+                          std::string name = "learned")
+      : config_(config),
+        factory_(std::move(factory)),
+        name_(std::move(name)) {}
 
-  std::string name() const override { return "learned"; }
+  std::string name() const override { return name_; }
 
   // The best of one greedy and config.sampled_rollouts sampled rollouts
   // (options.max_depth and max_templates bound the environment), then
@@ -127,6 +147,7 @@ class LearnedPlanner : public Planner {
  private:
   LearnedPlannerConfig config_;
   PolicyModelFactory factory_;
+  std::string name_;
 };
 
 }  // namespace arachne

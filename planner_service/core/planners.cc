@@ -24,6 +24,10 @@ std::vector<std::string> PlannerNames() {
   return names;
 }
 
+std::vector<std::string> AblationPlannerNames() {
+  return {kTemplateSearchPlannerName};
+}
+
 absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
   if (lower == "exact") return std::make_unique<ExactPlanner>();
@@ -36,9 +40,16 @@ absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name) {
   // Built even without a registered policy (then not in PlannerNames()): it
   // answers FailedPrecondition naming the fallback planner.
   if (lower == "learned") return std::make_unique<LearnedPlanner>();
+  if (lower == kTemplateSearchPlannerName) {
+    return std::make_unique<LearnedPlanner>(LearnedPlannerConfig{},
+                                            UniformPolicyFactory(),
+                                            kTemplateSearchPlannerName);
+  }
+  std::vector<std::string> known = PlannerNames();
+  for (const std::string& n : AblationPlannerNames()) known.push_back(n);
   return absl::InvalidArgumentError(
       absl::StrCat("planner: unknown planner \"", name,
-                   "\"; known: ", absl::StrJoin(PlannerNames(), ", ")));
+                   "\"; known: ", absl::StrJoin(known, ", ")));
 }
 
 std::string ExplainNoFit(const CostModel& cm) {

@@ -19,6 +19,13 @@ namespace arachne {
 // MakePlanner builds "learned" either way; without a factory it fails with
 // FailedPrecondition when run.
 std::vector<std::string> PlannerNames();
+// Planners MakePlanner also builds that run only when named (`--planner`,
+// `arachne bench --planners`): "template-search", the learned planner's
+// search (rollouts, refinement, iterated local search) driven by a uniform
+// policy instead of the trained one. It needs no LibTorch and no
+// checkpoint; it is the ablation that measures what the trained policy
+// adds (docs/planners.md).
+std::vector<std::string> AblationPlannerNames();
 // InvalidArgument naming the value and the known planners when unknown.
 absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name);
 

@@ -12,6 +12,7 @@
 #include "planner_service/core/amp_planner.h"
 #include "planner_service/core/hexiscale_planner.h"
 #include "planner_service/core/layer_split.h"
+#include "planner_service/core/learned_planner.h"
 #include "planner_service/core/plan_validation.h"
 #include "planner_service/core/planners.h"
 #include "planner_service/core/random_planner.h"
@@ -341,6 +342,32 @@ TEST(Baselines, CancelledSearchStopsAndSaysSo) {
                 HasSubstr("cancelled after 0 plan evaluations"))
         << name;
   }
+}
+
+}  // namespace
+}  // namespace arachne
+
+namespace arachne {
+namespace {
+
+// The ablation planner runs only when named, needs no policy factory and
+// plans with the learned planner's search; unknown names list it.
+TEST(Baselines, TemplateSearchRunsWithoutAPolicyWhenNamed) {
+  EXPECT_THAT(AblationPlannerNames(), ElementsAre("template-search"));
+  EXPECT_THAT(PlannerNames(),
+              ::testing::Not(::testing::Contains("template-search")));
+  ASSERT_FALSE(HasLearnedPolicyFactory());
+  auto ctx = Context("llama3-8b", kTwoTypes32);
+  auto planner = MakePlanner("Template-Search");
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  EXPECT_EQ((*planner)->name(), "template-search");
+  absl::StatusOr<PlanResult> r = (*planner)->Run(ctx->cost_model(), Limited(20000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->planner, "template-search");
+  EXPECT_TRUE(ValidatePlan(r->plan, ctx->cost_model()).ok());
+  EXPECT_THAT(MakePlanner("alpa").status().message(),
+              HasSubstr("known: exact, amp, espresso, hexiscale, metis, "
+                        "sailor, random, template-search"));
 }
 
 }  // namespace
