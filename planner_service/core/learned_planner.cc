@@ -95,6 +95,8 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
        {std::pair<const char*, int>{"refined_episodes",
                                     config_.refined_episodes},
         {"refinement_passes", config_.refinement_passes},
+        {"exploration_interval", config_.exploration_interval},
+        {"exploration_elites", config_.exploration_elites},
         {"perturbation_rounds", config_.perturbation_rounds}}) {
     if (value < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -145,6 +147,8 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
   // (greedy or sampled); the actions taken end in `taken`. Returns whether
   // its plan became the best.
   std::vector<int> taken;
+  // Set while an exploration rollout plays: uniform over legal actions.
+  bool exploring = false;
   // After `script`, the actions of `tail` are taken in order while legal;
   // the first illegal one hands over to the policy.
   auto play = [&](absl::Span<const int> script, bool greedy,
@@ -174,6 +178,7 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
           if (!mask[a]) p[a] = 0;
           total += p[a];
         }
+        if (exploring) total = 0;
         if (!(total > 0)) {  // degenerate output: uniform over legal actions
           for (int a = 0; a < actions; ++a) p[a] = mask[a];
         }
@@ -196,10 +201,9 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
     double iteration_time_s;
     std::vector<int> actions;
   };
-  std::vector<Episode> elite;
-  const int elite_size = std::max(1, config_.refined_episodes);
-  auto remember = [&] {
-    if (env->plan().templates.empty()) return;
+  std::vector<Episode> elite, explored;
+  auto remember = [&](std::vector<Episode>& elite, int elite_size) {
+    if (env->plan().templates.empty() || elite_size == 0) return;
     const double t = env->iteration_time_s();
     for (const Episode& e : elite) {
       if (e.actions == taken) return;
@@ -223,9 +227,18 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
     const bool cancelled =
         options.cancelled != nullptr && options.cancelled->load();
     if ((rollout > 0 || cancelled) && tracker.OutOfBudget()) break;
+    exploring = config_.exploration_interval > 0 && rollout > 0 &&
+                rollout % config_.exploration_interval == 0;
     play({}, /*greedy=*/rollout == 0);
-    remember();
+    if (exploring) {
+      remember(explored, config_.exploration_elites);
+    } else {
+      remember(elite, std::max(1, config_.refined_episodes));
+    }
+    exploring = false;
   }
+  // The policy's best episodes are refined first, then the explored ones.
+  for (Episode& e : explored) elite.push_back(std::move(e));
 
   // Local refinement of each elite episode (descend: the passes of
   // LearnedPlannerConfig::refinement_passes). Deterministic for a seed: the

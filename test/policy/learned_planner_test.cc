@@ -336,7 +336,8 @@ TEST(ShippedPolicyTest, BeatsAUniformPolicyOfTheSameRolloutCount) {
   };
   // Means over seeds: one seed's uniform sample may strike lucky.
   const LearnedPlannerConfig config = {.sampled_rollouts = 16,
-                                       .refinement_passes = 0};
+                                       .refinement_passes = 0,
+                                       .exploration_interval = 0};
   double policy_sum = 0, random_sum = 0;
   constexpr int kSeeds = 8;
   for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
@@ -383,6 +384,7 @@ TEST(ShippedPolicyTest, EachRefinementStageFindsAFasterPlan) {
     config.refinement_passes = passes;
     config.structural_moves = structural;
     config.perturbation_rounds = rounds;
+    config.exploration_interval = 0;  // the policy's rollouts only
     auto r = LearnedPlanner(config, trained).Run((*ctx)->cost_model(),
                                                  Options(1));
     CHECK(r.ok()) << r.status();
@@ -410,7 +412,11 @@ TEST(LearnedPlannerTest, RejectsNegativeRefinementSettings) {
            {{.refinement_passes = -1}, "refinement_passes must be >= 0, got -1"},
            {{.refined_episodes = -2}, "refined_episodes must be >= 0, got -2"},
            {{.perturbation_rounds = -3},
-            "perturbation_rounds must be >= 0, got -3"}}) {
+            "perturbation_rounds must be >= 0, got -3"},
+           {{.exploration_interval = -4},
+            "exploration_interval must be >= 0, got -4"},
+           {{.exploration_elites = -5},
+            "exploration_elites must be >= 0, got -5"}}) {
     auto r = LearnedPlanner(config, FixedNetwork(1))
                  .Run(toy.cost_model(), Options(1));
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
