@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <optional>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -17,7 +18,6 @@
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/planning_context.h"
 #include "planner_service/io/scenario_io.h"
-#include "test/core/uniform_policy.h"
 #include "test/policy/policy_test_fixture.h"
 
 namespace arachne {
@@ -322,18 +322,28 @@ TEST_F(TorchPolicyTest, ShippedCheckpointPlansASuiteComposition) {
 // The shipped llama3-8b policy against a policy uniform over the legal
 // actions, with the same rollout count and no refinement, on a suite
 // composition neither trained on (fig07a, 32 A100-40GB + 32 H100-80GB).
-TEST(ShippedPolicyTest, BeatsAUniformPolicyOfTheSameRolloutCount) {
-  absl::StatusOr<Fig07a> fig = Fig07a::Load();
-  ASSERT_TRUE(fig.ok()) << fig.status();
-  auto ctx = fig->Context();
-  ASSERT_TRUE(ctx.ok()) << ctx.status();
-  const PolicyModelFactory trained = MakeTorchPolicyFactory(
+// Figure 7(a)'s 32+32 composition and the shipped checkpoints' factory.
+class ShippedPolicyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<Fig07a> fig = Fig07a::Load();
+    ASSERT_TRUE(fig.ok()) << fig.status();
+    fig_.emplace(*std::move(fig));
+    auto ctx = fig_->Context();
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    ctx_ = *std::move(ctx);
+  }
+  const CostModel& cost_model() const { return ctx_->cost_model(); }
+
+  std::optional<Fig07a> fig_;
+  std::unique_ptr<PlanningContext> ctx_;
+  const PolicyModelFactory trained_ = MakeTorchPolicyFactory(
       {.policies_dir = std::string(ARACHNE_SOURCE_DIR) + "/profiles/policies"});
-  const PolicyModelFactory uniform =
-      [](const CostModel&) -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
-    return std::unique_ptr<PolicyModel>(
-        std::make_unique<testing::UniformPolicy>());
-  };
+};
+
+TEST_F(ShippedPolicyTest, BeatsAUniformPolicyOfTheSameRolloutCount) {
+  const PolicyModelFactory& trained = trained_;
+  const PolicyModelFactory uniform = UniformPolicyFactory();
   // Means over seeds: one seed's uniform sample may strike lucky.
   const LearnedPlannerConfig config = {.sampled_rollouts = 16,
                                        .refinement_passes = 0,
@@ -341,10 +351,10 @@ TEST(ShippedPolicyTest, BeatsAUniformPolicyOfTheSameRolloutCount) {
   double policy_sum = 0, random_sum = 0;
   constexpr int kSeeds = 8;
   for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
-    auto policy = LearnedPlanner(config, trained)
-                      .Run((*ctx)->cost_model(), Options(seed));
-    auto random = LearnedPlanner(config, uniform)
-                      .Run((*ctx)->cost_model(), Options(seed));
+    auto policy =
+        LearnedPlanner(config, trained).Run(cost_model(), Options(seed));
+    auto random =
+        LearnedPlanner(config, uniform).Run(cost_model(), Options(seed));
     ASSERT_TRUE(policy.ok()) << policy.status();
     ASSERT_TRUE(random.ok()) << random.status();
     policy_sum += policy->prediction.throughput_iters_per_s;
@@ -370,13 +380,7 @@ namespace {
 // faster than the rollouts alone. Measured: 0.0811 iter/s for the rollouts,
 // 0.0834 with the scan, 0.0880 with the structural moves (exact@20s:
 // 0.0875), unchanged by the iterated search.
-TEST(ShippedPolicyTest, EachRefinementStageFindsAFasterPlan) {
-  absl::StatusOr<Fig07a> fig = Fig07a::Load();
-  ASSERT_TRUE(fig.ok()) << fig.status();
-  auto ctx = fig->Context();
-  ASSERT_TRUE(ctx.ok()) << ctx.status();
-  const PolicyModelFactory trained = MakeTorchPolicyFactory(
-      {.policies_dir = std::string(ARACHNE_SOURCE_DIR) + "/profiles/policies"});
+TEST_F(ShippedPolicyTest, EachRefinementStageFindsAFasterPlan) {
   auto run = [&](int passes, bool structural, int rounds) {
     LearnedPlannerConfig config;
     config.sampled_rollouts = 16;
@@ -385,10 +389,9 @@ TEST(ShippedPolicyTest, EachRefinementStageFindsAFasterPlan) {
     config.structural_moves = structural;
     config.perturbation_rounds = rounds;
     config.exploration_interval = 0;  // the policy's rollouts only
-    auto r = LearnedPlanner(config, trained).Run((*ctx)->cost_model(),
-                                                 Options(1));
+    auto r = LearnedPlanner(config, trained_).Run(cost_model(), Options(1));
     CHECK(r.ok()) << r.status();
-    EXPECT_TRUE(ValidatePlan(r->plan, (*ctx)->cost_model()).ok());
+    EXPECT_TRUE(ValidatePlan(r->plan, cost_model()).ok());
     return r->prediction.throughput_iters_per_s;
   };
   const double rollouts = run(0, false, 0);
