@@ -287,8 +287,7 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
       // types or TPs, its depth, its presence or order), which the
       // one-decision scan above cannot reach through worse intermediate
       // plans. Each neighbour is replayed as far as its actions are legal,
-      // then completed by the policy's greedy choices; the best, if
-      // faster, is kept.
+      // then completed by the policy's greedy choices.
       if (config_.structural_moves) {
         // First improvement in a shuffled order (seeded): each accepted
         // move starts a new scan of the new episode's neighbours, until a
