@@ -55,8 +55,9 @@ class PolicyNetwork : public PolicyModel {
                            PolicyScratch& scratch) const;
   // Log-probabilities of the acting head's actions (kMaskedLogit where
   // illegal), computed on a plain float copy of the weights (the inference
-  // snapshot, policy_inference.h): LibTorch's per-operator overhead would
-  // make one decision ~10x slower. The snapshot is taken by Create, the
+  // snapshot, policy_inference.h): LibTorch's per-operator overhead makes
+  // one decision ~18x slower (policy_inference_bench). The snapshot is
+  // taken by Create, the
   // checkpoint loader, CopyFrom and SyncInference.
   std::vector<float> Logits(const ConstructionEnv& env) const;
   void Logits(const ConstructionEnv& env, PolicyScratch& scratch,
