@@ -87,8 +87,7 @@ absl::StatusOr<std::vector<std::string>> ResolvePlanners(
     const std::vector<std::string>& requested,
     std::vector<BenchSkip>* skipped) {
   if (requested.empty()) return PlannerNames();
-  std::vector<std::string> known = PlannerNames();
-  for (const std::string& name : AblationPlannerNames()) known.push_back(name);
+  const std::vector<std::string> known = KnownPlannerNames();
   std::vector<std::string> planners;
   std::set<std::string> seen;
   for (const std::string& name : requested) {

@@ -50,6 +50,11 @@ int Sample(absl::Span<const float> p, std::mt19937_64& rng) {
   return last;
 }
 
+// How an episode's free decisions are taken: the policy's most likely
+// action, one drawn from the policy, or one drawn uniformly over the legal
+// actions (an exploration rollout).
+enum class Pick { kGreedy, kSample, kUniform };
+
 }  // namespace
 
 void RegisterLearnedPolicyFactory(PolicyModelFactory factory) {
@@ -144,14 +149,12 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
     counted = env->evaluations();
   };
   // Plays one episode: the actions of `script` first, then the policy's
-  // (greedy or sampled); the actions taken end in `taken`. Returns whether
-  // its plan became the best.
+  // (`pick`); the actions taken end in `taken`. Returns whether its plan
+  // became the best.
   std::vector<int> taken;
-  // Set while an exploration rollout plays: uniform over legal actions.
-  bool exploring = false;
   // After `script`, the actions of `tail` are taken in order while legal;
   // the first illegal one hands over to the policy.
-  auto play = [&](absl::Span<const int> script, bool greedy,
+  auto play = [&](absl::Span<const int> script, Pick pick,
                   absl::Span<const int> tail = {}) {
     env->Reset();
     taken.clear();
@@ -178,11 +181,11 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
           if (!mask[a]) p[a] = 0;
           total += p[a];
         }
-        if (exploring) total = 0;
+        if (pick == Pick::kUniform) total = 0;
         if (!(total > 0)) {  // degenerate output: uniform over legal actions
           for (int a = 0; a < actions; ++a) p[a] = mask[a];
         }
-        action = greedy ? Greedy(p) : Sample(p, rng);
+        action = pick == Pick::kGreedy ? Greedy(p) : Sample(p, rng);
       }
       taken.push_back(action);
       const StepOutcome step = env->Step(action);
@@ -202,24 +205,24 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
     std::vector<int> actions;
   };
   std::vector<Episode> elite, explored;
-  auto remember = [&](std::vector<Episode>& elite, int elite_size) {
-    if (env->plan().templates.empty() || elite_size == 0) return;
+  auto remember = [&](std::vector<Episode>& kept, int limit) {
+    if (env->plan().templates.empty() || limit == 0) return;
     const double t = env->iteration_time_s();
-    for (const Episode& e : elite) {
+    for (const Episode& e : kept) {
       if (e.actions == taken) return;
     }
-    if (static_cast<int>(elite.size()) == elite_size &&
-        t >= elite.back().iteration_time_s) {
+    if (static_cast<int>(kept.size()) == limit &&
+        t >= kept.back().iteration_time_s) {
       return;
     }
-    if (static_cast<int>(elite.size()) == elite_size) elite.pop_back();
+    if (static_cast<int>(kept.size()) == limit) kept.pop_back();
     Episode e{t, taken};
-    elite.insert(std::upper_bound(elite.begin(), elite.end(), e,
-                                  [](const Episode& a, const Episode& b) {
-                                    return a.iteration_time_s <
-                                           b.iteration_time_s;
-                                  }),
-                 std::move(e));
+    kept.insert(std::upper_bound(kept.begin(), kept.end(), e,
+                                 [](const Episode& a, const Episode& b) {
+                                   return a.iteration_time_s <
+                                          b.iteration_time_s;
+                                 }),
+                std::move(e));
   };
   for (int rollout = 0; rollout <= sampled_rollouts; ++rollout) {
     // The greedy rollout (0) runs whatever the budget so a tight budget
@@ -227,15 +230,16 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
     const bool cancelled =
         options.cancelled != nullptr && options.cancelled->load();
     if ((rollout > 0 || cancelled) && tracker.OutOfBudget()) break;
-    exploring = config_.exploration_interval > 0 && rollout > 0 &&
-                rollout % config_.exploration_interval == 0;
-    play({}, /*greedy=*/rollout == 0);
+    const bool exploring = config_.exploration_interval > 0 && rollout > 0 &&
+                           rollout % config_.exploration_interval == 0;
+    play({}, rollout == 0 ? Pick::kGreedy
+             : exploring  ? Pick::kUniform
+                          : Pick::kSample);
     if (exploring) {
       remember(explored, config_.exploration_elites);
     } else {
       remember(elite, std::max(1, config_.refined_episodes));
     }
-    exploring = false;
   }
   // The policy's best episodes are refined first, then the explored ones.
   for (Episode& e : explored) elite.push_back(std::move(e));
@@ -267,7 +271,7 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
           for (const bool keep_tail : {false, true}) {
             if (tracker.OutOfBudget()) break;
             script.back() = static_cast<int>(a);
-            play(script, /*greedy=*/true,
+            play(script, Pick::kGreedy,
                  keep_tail ? absl::MakeConstSpan(current).subspan(pos + 1)
                            : absl::Span<const int>());
             if (!env->plan().templates.empty() &&
@@ -302,7 +306,7 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
             if (tracker.OutOfBudget()) break;
             const std::vector<int> actions = WriteTemplates(n);
             if (actions == current) continue;
-            play({}, /*greedy=*/true, actions);
+            play({}, Pick::kGreedy, actions);
             if (!env->plan().templates.empty() &&
                 env->iteration_time_s() < current_time) {
               current = taken;
@@ -339,7 +343,7 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
         if (n.empty()) break;
         kicked = std::move(n[rng() % n.size()]);
       }
-      play({}, /*greedy=*/true, WriteTemplates(kicked));
+      play({}, Pick::kGreedy, WriteTemplates(kicked));
       ++stale;
       if (env->plan().templates.empty()) continue;
       std::vector<int> current = taken;

@@ -1,5 +1,7 @@
 #include "planner_service/core/planners.h"
 
+#include <utility>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,6 +30,13 @@ std::vector<std::string> AblationPlannerNames() {
   return {kTemplateSearchPlannerName};
 }
 
+std::vector<std::string> KnownPlannerNames() {
+  std::vector<std::string> known = PlannerNames();
+  for (std::string& name : AblationPlannerNames())
+    known.push_back(std::move(name));
+  return known;
+}
+
 absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
   if (lower == "exact") return std::make_unique<ExactPlanner>();
@@ -45,11 +54,9 @@ absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name) {
                                             UniformPolicyFactory(),
                                             kTemplateSearchPlannerName);
   }
-  std::vector<std::string> known = PlannerNames();
-  for (const std::string& n : AblationPlannerNames()) known.push_back(n);
   return absl::InvalidArgumentError(
       absl::StrCat("planner: unknown planner \"", name,
-                   "\"; known: ", absl::StrJoin(known, ", ")));
+                   "\"; known: ", absl::StrJoin(KnownPlannerNames(), ", ")));
 }
 
 std::string ExplainNoFit(const CostModel& cm) {

@@ -26,6 +26,9 @@ std::vector<std::string> PlannerNames();
 // checkpoint; it is the ablation that measures what the trained policy
 // adds (docs/planners.md).
 std::vector<std::string> AblationPlannerNames();
+// PlannerNames() then AblationPlannerNames(): every name MakePlanner takes
+// here.
+std::vector<std::string> KnownPlannerNames();
 // InvalidArgument naming the value and the known planners when unknown.
 absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name);
 

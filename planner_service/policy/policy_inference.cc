@@ -9,20 +9,28 @@
 namespace arachne {
 namespace {
 
-// y[o] = b[o] + sum_i x[i] W[i][o] over the layer's outputs: the inner loop
-// runs over contiguous outputs, independent lanes the compiler vectorises.
-void AffineT(const InferenceLayer& layer, const float* __restrict x,
-             float* __restrict y) {
+// y[o] += sum_i x[i] W[first + i][o] for i < count, over the layer's
+// outputs: the inner loop runs over contiguous outputs, independent lanes
+// the compiler vectorises. Zero inputs (many state features, ReLU outputs)
+// are skipped.
+void AddRows(const InferenceLayer& layer, int first, int count,
+             const float* __restrict x, float* __restrict y) {
   const int out = layer.out;
-  const float* __restrict b = layer.bias.data();
-  for (int o = 0; o < out; ++o) y[o] = b[o];
-  const float* __restrict w = layer.weight_t.data();
-  for (int i = 0; i < layer.in; ++i) {
+  const float* __restrict w =
+      layer.weight_t.data() + static_cast<size_t>(first) * out;
+  for (int i = 0; i < count; ++i) {
     const float xi = x[i];
-    if (xi == 0.0f) continue;  // the state has many zero features
+    if (xi == 0.0f) continue;
     const float* __restrict row = w + static_cast<size_t>(i) * out;
     for (int o = 0; o < out; ++o) y[o] += xi * row[o];
   }
+}
+
+// y = b + W^T x over all of the layer's inputs.
+void AffineT(const InferenceLayer& layer, const float* __restrict x,
+             float* __restrict y) {
+  std::copy(layer.bias.begin(), layer.bias.end(), y);
+  AddRows(layer, 0, layer.in, x, y);
 }
 
 }  // namespace
@@ -146,15 +154,8 @@ void PolicyLogits(const PolicyWeights& w, const ConstructionEnv& env,
   const InferenceLayer& in = w.head_in[head];
   const InferenceLayer& out_layer = w.head_out[head];
   const int hh = c.head_hidden;
-  s.base.resize(hh);
-  for (int o = 0; o < hh; ++o) s.base[o] = in.bias[o];
-  for (int i = 0; i < c.hidden; ++i) {
-    const float xi = s.x[i];
-    if (xi == 0.0f) continue;  // ReLU output: often zero
-    const float* row = in.weight_t.data() + static_cast<size_t>(i) * hh;
-    float* __restrict base = s.base.data();
-    for (int o = 0; o < hh; ++o) base[o] += xi * row[o];
-  }
+  s.base.assign(in.bias.begin(), in.bias.end());
+  AddRows(in, 0, c.hidden, s.x.data(), s.base.data());
   const float* scale = s.film.data() + 2 * c.hidden * c.layers + 2 * hh * head;
   const float* shift = scale + hh;
   s.acc.resize(hh);
@@ -162,16 +163,9 @@ void PolicyLogits(const PolicyWeights& w, const ConstructionEnv& env,
   float top = kMaskedLogit;
   for (int r = 0; r < rows; ++r) {
     if (!mask[r]) continue;
-    const float* cand = s.candidates.data() + r * features;
-    float* __restrict acc = s.acc.data();
+    float* acc = s.acc.data();
     std::copy(s.base.begin(), s.base.end(), acc);
-    for (int f = 0; f < features; ++f) {
-      const float cf = cand[f];
-      if (cf == 0.0f) continue;
-      const float* row =
-          in.weight_t.data() + static_cast<size_t>(c.hidden + f) * hh;
-      for (int o = 0; o < hh; ++o) acc[o] += cf * row[o];
-    }
+    AddRows(in, c.hidden, features, s.candidates.data() + r * features, acc);
     float logit = out_layer.bias[0];
     for (int o = 0; o < hh; ++o)
       logit += out_layer.weight_t[o] *

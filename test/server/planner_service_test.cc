@@ -72,6 +72,13 @@ class PlannerServiceTest : public ::testing::Test {
     channel_.reset();
   }
 
+  // The status of one Plan call on a fresh context (for the error cases).
+  grpc::Status PlanStatus(const v1::PlanRequest& request) {
+    v1::PlanResponse response;
+    grpc::ClientContext ctx;
+    return stub_->Plan(&ctx, request, &response);
+  }
+
   std::unique_ptr<v1::Planner::Stub> stub_ = v1::Planner::NewStub(channel_);
   grpc::ClientContext ctx_;
 
@@ -264,9 +271,7 @@ TEST_F(PlannerServiceTest, BadCountsAndEmptyClusterNameTheField) {
   {
     v1::PlanRequest r = SmallPlanRequest();
     r.mutable_cluster()->mutable_nodes(0)->set_gpus(0);
-    v1::PlanResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    grpc::Status s = PlanStatus(r);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(),
                 HasSubstr("cluster.nodes[0].gpus: must be an integer > 0, got 0"));
@@ -274,9 +279,7 @@ TEST_F(PlannerServiceTest, BadCountsAndEmptyClusterNameTheField) {
   {
     v1::PlanRequest r = SmallPlanRequest();
     r.mutable_cluster()->clear_nodes();
-    v1::PlanResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    grpc::Status s = PlanStatus(r);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(),
                 HasSubstr("cluster: cluster has no nodes: give `nodes` and/or `node_groups`"));
@@ -284,9 +287,7 @@ TEST_F(PlannerServiceTest, BadCountsAndEmptyClusterNameTheField) {
   {
     v1::PlanRequest r = SmallPlanRequest();
     r.mutable_options()->set_max_depth(65);
-    v1::PlanResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    grpc::Status s = PlanStatus(r);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(),
                 HasSubstr("options.max_depth: must be in 1..64"));
@@ -294,9 +295,7 @@ TEST_F(PlannerServiceTest, BadCountsAndEmptyClusterNameTheField) {
   {
     v1::PlanRequest r = SmallPlanRequest();
     r.mutable_training()->set_seq_len(-1);
-    v1::PlanResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    grpc::Status s = PlanStatus(r);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(), HasSubstr("training.seq_len"));
   }
@@ -306,9 +305,7 @@ TEST_F(PlannerServiceTest, UnknownModelAndPlannerNameTheField) {
   {
     v1::PlanRequest r = SmallPlanRequest();
     r.mutable_model()->set_name("llama9");
-    v1::PlanResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    grpc::Status s = PlanStatus(r);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(),
                 HasSubstr("model.name: unknown model \"llama9\""));
@@ -316,9 +313,7 @@ TEST_F(PlannerServiceTest, UnknownModelAndPlannerNameTheField) {
   {
     v1::PlanRequest r = SmallPlanRequest();
     r.mutable_options()->set_planner("oracle");
-    v1::PlanResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    grpc::Status s = PlanStatus(r);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(), HasSubstr("options.planner"));
     EXPECT_THAT(s.error_message(), HasSubstr("oracle"));
@@ -333,9 +328,7 @@ TEST_F(PlannerServiceTest, ServesTheLearnedPlanner) {
   r.mutable_options()->set_planner("learned");
   r.mutable_options()->set_max_evaluations(0);
   {
-    v1::PlanResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    grpc::Status s = PlanStatus(r);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_THAT(s.error_message(), HasSubstr("--planner exact instead"));
   }
@@ -358,9 +351,7 @@ TEST_F(PlannerServiceTest, PolicyRolloutsAreCheckedAndLearnedOnly) {
   v1::PlanRequest r = SmallPlanRequest();  // planner exact
   r.mutable_options()->set_policy_rollouts(8);
   {
-    v1::PlanResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->Plan(&ctx, r, &response);
+    grpc::Status s = PlanStatus(r);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(),
                 HasSubstr("options.policy_rollouts: only for planner "
