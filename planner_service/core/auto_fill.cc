@@ -65,11 +65,12 @@ double AutoFill::Price(Plan& plan, int64_t* evaluations) const {
   return cm_.IterationTime(plan);
 }
 
-double AutoFill::ChooseExpertTilings(Plan& plan, int template_index,
-                                     int64_t* evaluations) const {
+double AutoFill::PickExpertTilings(Plan& plan, int template_index,
+                                   TilingOptions& options,
+                                   int64_t* evaluations) const {
   Template& t = plan.templates[template_index];
   const ModelSpec& model = cm_.model();
-  std::vector<std::vector<ExpertTiling>> options(t.depth());
+  options.assign(t.depth(), {});
   for (int s = 0; s < t.depth(); ++s) {
     Stage& st = t.stages[s];
     if (model.MoeLayersIn(st.layer_begin, st.layer_end) == 0) {
@@ -101,22 +102,28 @@ double AutoFill::ChooseExpertTilings(Plan& plan, int template_index,
     }
     st.tiling = best;
   }
-  double best = Price(plan, evaluations);
-  // Re-select each stage against the whole iteration (gradient sync and
-  // memory differ between tilings with the same stage time).
+  return Price(plan, evaluations);
+}
+
+double AutoFill::ReselectExpertTilings(Plan& plan, int template_index,
+                                       const TilingOptions& options,
+                                       double time,
+                                       int64_t* evaluations) const {
+  Template& t = plan.templates[template_index];
+  double best = time;
   for (int s = 0; s < t.depth(); ++s) {
     if (options[s].size() <= 1) continue;
-    ExpertTiling keep = plan.templates[template_index].stages[s].tiling;
+    ExpertTiling keep = t.stages[s].tiling;
     for (const ExpertTiling& x : options[s]) {
       if (x == keep) continue;
-      plan.templates[template_index].stages[s].tiling = x;
-      const double time = Price(plan, evaluations);
-      if (time < best) {
-        best = time;
+      t.stages[s].tiling = x;
+      const double candidate = Price(plan, evaluations);
+      if (candidate < best) {
+        best = candidate;
         keep = x;
       }
     }
-    plan.templates[template_index].stages[s].tiling = keep;
+    t.stages[s].tiling = keep;
   }
   if (std::isfinite(best)) Price(plan, nullptr);  // restore the balance
   return best;
@@ -170,6 +177,18 @@ absl::StatusOr<FillResult> AutoFill::Extend(
     st.tiling = ExpertTiling{1, 1, st.tp * replicas};
   }
 
+  // MoE candidates whose stage-wise tilings priced finite, re-selected
+  // after the loop (see kTilingReselectMargin); those that did not are
+  // re-selected at once, since a whole-iteration choice may still fit.
+  struct Deferred {
+    double time;
+    int mbs;
+    std::vector<int> split;
+    std::vector<ExpertTiling> tilings;
+    TilingOptions options;
+  };
+  std::vector<Deferred> deferred;
+  TilingOptions options;
   bool any_profiled = false, any_fits = false;
   for (int mbs = 1; mbs <= cm_.params().max_micro_batch_size; mbs *= 2) {
     if (static_cast<int64_t>(mbs) * replicas > cm_.training().global_batch)
@@ -183,11 +202,22 @@ absl::StatusOr<FillResult> AutoFill::Extend(
     bool fits_at_mbs = false;
     for (const std::vector<int>& split : CandidateSplits(plan, idx)) {
       ApplySplit(plan.templates[idx], split);
+      double time;
       if (!model.is_moe()) {
         for (Stage& st : plan.templates[idx].stages) st.tiling = ExpertTiling{};
+        time = Price(plan, evaluations);
+      } else {
+        time = PickExpertTilings(plan, idx, options, evaluations);
+        if (std::isfinite(time)) {
+          Deferred d{time, mbs, split, {}, options};
+          for (const Stage& st : plan.templates[idx].stages)
+            d.tilings.push_back(st.tiling);
+          deferred.push_back(std::move(d));
+          fits_at_mbs = true;
+          continue;
+        }
+        time = ReselectExpertTilings(plan, idx, options, time, evaluations);
       }
-      const double time = model.is_moe() ? ChooseExpertTilings(plan, idx, evaluations)
-                                         : Price(plan, evaluations);
       if (!std::isfinite(time)) {
         Infeasibility why = Infeasibility::kOk;
         if (cm_.BalanceMicroBatches(plan) == Infeasibility::kOk)
@@ -204,6 +234,23 @@ absl::StatusOr<FillResult> AutoFill::Extend(
     any_fits = any_fits || fits_at_mbs;
     // Activations grow with the micro-batch: if nothing fit, nothing larger will.
     if (!fits_at_mbs) break;
+  }
+  // Re-select the MoE candidates fastest first while one could still win.
+  std::stable_sort(deferred.begin(), deferred.end(),
+            [](const Deferred& a, const Deferred& b) { return a.time < b.time; });
+  for (const Deferred& d : deferred) {
+    if (d.time > result.iteration_time_s * (1 + tiling_reselect_margin_))
+      break;
+    Template& t = plan.templates[idx];
+    t.micro_batch_size = d.mbs;
+    ApplySplit(t, d.split);
+    for (int s = 0; s < t.depth(); ++s) t.stages[s].tiling = d.tilings[s];
+    const double time =
+        ReselectExpertTilings(plan, idx, d.options, d.time, evaluations);
+    if (time < result.iteration_time_s) {
+      result.iteration_time_s = time;
+      result.plan = plan;
+    }
   }
   if (!std::isfinite(result.iteration_time_s)) {
     if (!any_profiled) {

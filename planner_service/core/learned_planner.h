@@ -93,7 +93,7 @@ struct LearnedPlannerConfig {
   // that improves nothing ends it, 0 disables refinement. A pass is
   //  1. a one-decision scan: each decision replaced by every other legal
   //     action, the rest completed by the episode's own later decisions
-  //     while legal and, separately, by the policy's greedy ones; the best
+  //     while legal, then by the policy's greedy ones; the best
   //     alternative, if faster, is kept and the scan goes on;
   //  2. structural moves (when structural_moves): changes of several
   //     decisions at once that the scan cannot reach through worse plans
