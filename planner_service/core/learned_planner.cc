@@ -241,8 +241,15 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
       remember(elite, std::max(1, config_.refined_episodes));
     }
   }
-  // The policy's best episodes are refined first, then the explored ones.
-  for (Episode& e : explored) elite.push_back(std::move(e));
+  // The policy's best and the explored best are refined alternately.
+  {
+    std::vector<Episode> order;
+    for (size_t i = 0; i < std::max(elite.size(), explored.size()); ++i) {
+      if (i < elite.size()) order.push_back(std::move(elite[i]));
+      if (i < explored.size()) order.push_back(std::move(explored[i]));
+    }
+    elite = std::move(order);
+  }
 
   // Local refinement of each elite episode (descend: the passes of
   // LearnedPlannerConfig::refinement_passes). Deterministic for a seed: the
