@@ -71,6 +71,10 @@ double AutoFill::PickExpertTilings(Plan& plan, int template_index,
   Template& t = plan.templates[template_index];
   const ModelSpec& model = cm_.model();
   options.assign(t.depth(), {});
+  // A stage's activation memory counts the micro-batches in flight, which
+  // the balance sets: balance this micro-batch size and split first, or
+  // the memory check reads the counts of the candidate priced before.
+  if (cm_.BalanceMicroBatches(plan) != Infeasibility::kOk) return kInfeasible;
   for (int s = 0; s < t.depth(); ++s) {
     Stage& st = t.stages[s];
     if (model.MoeLayersIn(st.layer_begin, st.layer_end) == 0) {
@@ -216,7 +220,17 @@ absl::StatusOr<FillResult> AutoFill::Extend(
           fits_at_mbs = true;
           continue;
         }
-        time = ReselectExpertTilings(plan, idx, options, time, evaluations);
+        // Infeasible with the fastest tilings: another choice may still fit,
+        // unless some MoE stage has no tiling that fits at all.
+        bool every_stage_fits = true;
+        for (int s = 0; s < plan.templates[idx].depth(); ++s) {
+          const Stage& st = plan.templates[idx].stages[s];
+          if (options[s].empty() &&
+              model.MoeLayersIn(st.layer_begin, st.layer_end) > 0)
+            every_stage_fits = false;
+        }
+        if (every_stage_fits)
+          time = ReselectExpertTilings(plan, idx, options, time, evaluations);
       }
       if (!std::isfinite(time)) {
         Infeasibility why = Infeasibility::kOk;
@@ -232,8 +246,12 @@ absl::StatusOr<FillResult> AutoFill::Extend(
       }
     }
     any_fits = any_fits || fits_at_mbs;
-    // Activations grow with the micro-batch: if nothing fit, nothing larger will.
-    if (!fits_at_mbs) break;
+    // No early stop when nothing fits: a larger micro-batch can fit where a
+    // smaller one does not. A stage holds min(stages after it, micro-
+    // batches per replica) micro-batches in flight, and with fewer
+    // micro-batches than stages doubling the size halves the count
+    // (Qwen3-30B-A3B on 256 GPUs: a 3-replica template runs out of memory
+    // at 16 and fits at 32, 25% faster than the best below).
   }
   // Re-select the MoE candidates fastest first while one could still win.
   std::stable_sort(deferred.begin(), deferred.end(),

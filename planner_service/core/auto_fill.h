@@ -1,11 +1,12 @@
 // Arithmetic auto-fill (paper §5.3): completes a structural template (GPU
 // type and TP degree per stage) into a priced template of a plan: data-
 // parallel replicas (as many as the free nodes pack, or up to a cap),
-// micro-batch size (every profiled power of two up to the largest that fits,
+// micro-batch size (every profiled power of two the global batch allows,
 // keeping the fastest for the plan so far: its GPUs, hence its price, are
-// fixed by then, so the fastest is also the cheapest per token), layer split (proportional to profiled stage speed, then a
-// fixed list of alternatives when memory fails) and, for MoE stages, the
-// expert tiling EP x ETP x EDP (every factorisation priced).
+// fixed by then, so the fastest is also the cheapest per token), layer
+// split (proportional to profiled stage speed, then a fixed list of
+// alternatives when memory fails) and, for MoE stages, the expert tiling
+// EP x ETP x EDP (every factorisation priced).
 #ifndef ARACHNE_PLANNER_SERVICE_CORE_AUTO_FILL_H_
 #define ARACHNE_PLANNER_SERVICE_CORE_AUTO_FILL_H_
 
@@ -38,8 +39,9 @@ struct FillResult {
 // expert tiling and still get the whole-iteration re-selection of its
 // tilings (one plan priced per alternative tiling of every stage). The
 // re-selection gains 4% on average where it gains (Qwen3-30B-A3B on 256
-// GPUs), so candidates 10% behind rarely win; skipping them makes a MoE
-// fill 1.4-1.7x faster (bench/construction_env_bench, mixtral_8x7b_512gpu).
+// GPUs), so candidates 10% behind rarely win: on 179 random MoE templates
+// (auto_fill_test) the fill is the same on 178, at most 0.12% slower, and
+// prices 6,260 plans instead of 17,258.
 inline constexpr double kTilingReselectMargin = 0.10;
 
 class AutoFill {

@@ -171,9 +171,11 @@ TEST_F(PlannerClientTest, PredictionFromPlanJsonReadsAnAnswer) {
   EXPECT_EQ(PredictionFromPlanJson(broken).status().message(),
             "plan.mfu: missing or not a number");
   broken = answer->plan;
-  broken["templates"][0]["stages"][1].erase("memory_gib");
+  const size_t last = answer->plan["templates"][0]["stages"].size() - 1;
+  broken["templates"][0]["stages"][last].erase("memory_gib");
   EXPECT_EQ(PredictionFromPlanJson(broken).status().message(),
-            "plan.templates[0].stages[1].memory_gib: missing or not a number");
+            absl::StrCat("plan.templates[0].stages[", last,
+                         "].memory_gib: missing or not a number"));
 }
 
 }  // namespace

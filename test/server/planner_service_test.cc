@@ -95,7 +95,7 @@ TEST_F(PlannerServiceTest, PlanMatchesInProcessCostModelAndPlanner) {
   grpc::Status s = stub_->Plan(&ctx_, SmallPlanRequest(), &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(response.planner(), "exact");
-  EXPECT_EQ(response.evaluations(), 50);
+  EXPECT_EQ(response.evaluations(), 54);
   EXPECT_FALSE(response.stopped_early());
   ASSERT_GT(response.plan().templates_size(), 0);
   EXPECT_EQ(response.prediction().stage_memory_size(),
