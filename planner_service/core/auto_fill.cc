@@ -254,8 +254,9 @@ absl::StatusOr<FillResult> AutoFill::Extend(
     // at 16 and fits at 32, 25% faster than the best below).
   }
   // Re-select the MoE candidates fastest first while one could still win.
-  std::stable_sort(deferred.begin(), deferred.end(),
-            [](const Deferred& a, const Deferred& b) { return a.time < b.time; });
+  std::stable_sort(
+      deferred.begin(), deferred.end(),
+      [](const Deferred& a, const Deferred& b) { return a.time < b.time; });
   for (const Deferred& d : deferred) {
     if (d.time > result.iteration_time_s * (1 + tiling_reselect_margin_))
       break;
