@@ -79,6 +79,7 @@ double AutoFill::PickExpertTilings(Plan& plan, int template_index,
     Stage& st = t.stages[s];
     if (model.MoeLayersIn(st.layer_begin, st.layer_end) == 0) {
       st.tiling = ExpertTiling{};
+      options[s] = {st.tiling};
       continue;
     }
     const int w = st.tp * t.replicas;
@@ -221,15 +222,9 @@ absl::StatusOr<FillResult> AutoFill::Extend(
           continue;
         }
         // Infeasible with the fastest tilings: another choice may still fit,
-        // unless some MoE stage has no tiling that fits at all.
-        bool every_stage_fits = true;
-        for (int s = 0; s < plan.templates[idx].depth(); ++s) {
-          const Stage& st = plan.templates[idx].stages[s];
-          if (options[s].empty() &&
-              model.MoeLayersIn(st.layer_begin, st.layer_end) > 0)
-            every_stage_fits = false;
-        }
-        if (every_stage_fits)
+        // unless some stage has no tiling that fits at all.
+        if (std::none_of(options.begin(), options.end(),
+                         [](const auto& o) { return o.empty(); }))
           time = ReselectExpertTilings(plan, idx, options, time, evaluations);
       }
       if (!std::isfinite(time)) {

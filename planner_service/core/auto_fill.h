@@ -89,7 +89,9 @@ class AutoFill {
   // The feasible expert tilings of each stage of a template.
   using TilingOptions = std::vector<std::vector<ExpertTiling>>;
   // Sets each MoE stage's tiling to its fastest stage time among those
-  // that fit (`options` gets them) and prices the plan.
+  // that fit (`options` gets them; a dense stage's is its one tiling, and
+  // every list is empty when the batch does not balance) and prices the
+  // plan.
   double PickExpertTilings(Plan& plan, int template_index,
                            TilingOptions& options,
                            int64_t* evaluations) const;

@@ -26,8 +26,6 @@ namespace {
 TEST(AutoFillProperty, TilingReselectMarginKeepsTheFillOfEveryCandidate) {
   auto catalog = LoadGpuCatalog();
   ASSERT_TRUE(catalog.ok()) << catalog.status();
-  auto models = LoadModelCatalog();
-  ASSERT_TRUE(models.ok()) << models.status();
   std::vector<int> types;
   for (const char* id : {"A100-80GB", "H100-80GB"}) {
     auto t = catalog->IndexOf(id);
@@ -46,10 +44,8 @@ TEST(AutoFillProperty, TilingReselectMarginKeepsTheFillOfEveryCandidate) {
   double worst = 1;
   int64_t pruned_evaluations = 0, full_evaluations = 0;
   for (const char* name : {"mixtral-8x7b", "qwen3-30b-a3b"}) {
-    const ModelSpec* model = nullptr;
-    for (const ModelSpec& m : *models)
-      if (m.name == name) model = &m;
-    ASSERT_NE(model, nullptr) << name;
+    auto model = ResolveModel(name);
+    ASSERT_TRUE(model.ok()) << model.status();
     for (size_t c = 0; c < clusters->size(); ++c) {
       const Cluster& cluster = (*clusters)[c];
       auto ctx = PlanningContext::Create(*catalog, *model, {}, cluster, "");
@@ -102,8 +98,6 @@ TEST(AutoFillProperty, TilingReselectMarginKeepsTheFillOfEveryCandidate) {
 TEST(AutoFill, TriesLargerMicroBatchesAfterOneThatDoesNotFit) {
   auto catalog = LoadGpuCatalog();
   ASSERT_TRUE(catalog.ok()) << catalog.status();
-  auto models = LoadModelCatalog();
-  ASSERT_TRUE(models.ok()) << models.status();
   auto cluster = ParseCluster(R"(
 inter_node_gbps: 100
 node_groups:
@@ -112,10 +106,8 @@ node_groups:
 )",
                               "fig09b-256", *catalog);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const ModelSpec* model = nullptr;
-  for (const ModelSpec& m : *models)
-    if (m.name == "qwen3-30b-a3b") model = &m;
-  ASSERT_NE(model, nullptr);
+  auto model = ResolveModel("qwen3-30b-a3b");
+  ASSERT_TRUE(model.ok()) << model.status();
   auto ctx = PlanningContext::Create(*catalog, *model, {}, *cluster, "");
   ASSERT_TRUE(ctx.ok()) << ctx.status();
   const CostModel& cm = (*ctx)->cost_model();
