@@ -6,6 +6,11 @@
 #include "planner_service/core/construction_env.h"
 
 namespace arachne {
+namespace {
+
+constexpr size_t kNone = ~size_t{0};  // no run replaced
+
+}  // namespace
 
 std::vector<TemplateActions> ReadTemplates(absl::Span<const int> actions) {
   std::vector<TemplateActions> templates;
@@ -135,6 +140,111 @@ std::vector<std::vector<TemplateActions>> StructuralNeighbours(
       std::vector<TemplateActions> n = templates;
       std::swap(n[k], n[k + 1]);
       out.push_back(std::move(n));
+    }
+  }
+  return out;
+}
+
+std::vector<TemplateActions> RunNeighbours(const TemplateActions& t,
+                                           absl::Span<const int> slots,
+                                           bool pairs) {
+  // The slots t uses, in order of first use: the order of the runs.
+  std::vector<int> order;
+  for (const StageActions& stage : t)
+    if (std::find(order.begin(), order.end(), stage[0]) == order.end())
+      order.push_back(stage[0]);
+  // runs[i]: the stages of slot order[i], in the template's order.
+  std::vector<TemplateActions> runs(order.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    for (const StageActions& stage : t)
+      if (stage[0] == order[i]) runs[i].push_back(stage);
+  // The runs joined in `sequence` (indices into runs), with run i replaced
+  // by *ri and run j by *rj where given.
+  auto join = [&](absl::Span<const size_t> sequence, size_t i = kNone,
+                  const TemplateActions* ri = nullptr, size_t j = kNone,
+                  const TemplateActions* rj = nullptr) {
+    TemplateActions n;
+    for (size_t k : sequence) {
+      const TemplateActions& r = k == i ? *ri : k == j ? *rj : runs[k];
+      n.insert(n.end(), r.begin(), r.end());
+    }
+    return n;
+  };
+  std::vector<size_t> sequence(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) sequence[i] = i;
+  std::vector<TemplateActions> out;
+  // Two runs changed together, each to any TP action with one stage fewer,
+  // as many or one more: the replicas a template packs are set by its
+  // scarcest type, so a better run of one type often needs the other's
+  // run resized with it (Figure 9(b)'s 160 GPUs: [A100 tp4 x5, H100 tp4
+  // x5] to [A100 tp2 x4, H100 tp4 x4], where every single-run move and
+  // every pair is slower but this one; see RunNeighbours' callers).
+  if (pairs) {
+    auto variants = [&](size_t i) {
+      std::vector<TemplateActions> v;
+      const int run = static_cast<int>(runs[i].size());
+      for (int count : {run - 1, run, run + 1}) {
+        for (int tp = 0; tp < kEnvTpSlots; ++tp) {
+          if (count == 0 && tp > 0) break;  // no stages: one variant
+          TemplateActions r;
+          for (int s = 0; s < count; ++s) {
+            r.push_back(runs[i][static_cast<size_t>(s) * run / count]);
+            r.back()[1] = tp;
+          }
+          if (r != runs[i]) v.push_back(std::move(r));
+        }
+      }
+      return v;
+    };
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const std::vector<TemplateActions> vi = variants(i);
+      for (size_t j = i + 1; j < runs.size(); ++j) {
+        for (const TemplateActions& rj : variants(j)) {
+          for (const TemplateActions& ri : vi) {
+            TemplateActions n = join(sequence, i, &ri, j, &rj);
+            if (!n.empty() && static_cast<int>(n.size()) <= kEnvMaxDepth)
+              out.push_back(std::move(n));
+          }
+        }
+      }
+    }
+    return out;
+  }
+  const TemplateActions grouped = join(sequence);
+  out.push_back(grouped);
+  for (size_t i = 0; i + 1 < runs.size(); ++i) {
+    std::vector<size_t> swapped = sequence;
+    std::swap(swapped[i], swapped[i + 1]);
+    out.push_back(join(swapped));
+  }
+  const int depth = static_cast<int>(t.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const int run = static_cast<int>(runs[i].size());
+    for (int tp = 0; tp < kEnvTpSlots; ++tp) {
+      TemplateActions r = runs[i];
+      for (StageActions& stage : r) stage[1] = tp;
+      out.push_back(join(sequence, i, &r));
+    }
+    for (int count : {run - 1, run + 1, run / 2, 2 * run}) {
+      const int total = depth - run + count;
+      if (count == run || count < 0 || total < 1 || total > kEnvMaxDepth)
+        continue;
+      TemplateActions r;
+      for (int s = 0; s < count; ++s)
+        r.push_back(runs[i][static_cast<size_t>(s) * run / count]);
+      out.push_back(join(sequence, i, &r));
+    }
+  }
+  if (depth < kEnvMaxDepth) {
+    for (int slot : slots) {
+      if (std::find(order.begin(), order.end(), slot) != order.end()) continue;
+      for (int tp = 0; tp < kEnvTpSlots; ++tp) {
+        TemplateActions front = grouped, back = grouped;
+        front.insert(front.begin(), StageActions{slot, tp});
+        back.push_back(StageActions{slot, tp});
+        out.push_back(std::move(front));
+        out.push_back(std::move(back));
+      }
     }
   }
   return out;

@@ -48,6 +48,23 @@ std::vector<std::vector<TemplateActions>> StructuralNeighbours(
     const std::vector<TemplateActions>& templates,
     absl::Span<const int> slots);
 
+// The neighbours of one template among the regular structures: one
+// contiguous run of stages per GPU type. The template's stages are grouped
+// by type, the runs in the order of each type's first stage, each run's
+// stages in their order; then: the grouping itself; two neighbouring runs
+// swapped; one run at each TP action; one run with one stage fewer or
+// more, half or twice as many (stages resampled evenly; a run of 0 drops
+// the type unless it is the only one), within 1..16 stages in all; and for
+// each slot of `slots` the template does not use, a one-stage run of it at
+// each TP action first and last. The result may hold `t` itself and
+// duplicates.
+// With `pairs`, instead: from the grouping, every two runs changed together,
+// each to any TP action with one stage fewer, as many or one more (a run
+// of 0 drops its type), within 1..16 stages in all.
+std::vector<TemplateActions> RunNeighbours(const TemplateActions& t,
+                                           absl::Span<const int> slots,
+                                           bool pairs = false);
+
 }  // namespace arachne
 
 #endif  // ARACHNE_PLANNER_SERVICE_CORE_EPISODE_MOVES_H_

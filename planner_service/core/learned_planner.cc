@@ -4,9 +4,11 @@
 #include <array>
 #include <random>
 #include <utility>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
@@ -25,6 +27,10 @@ PolicyModelFactory& RegisteredFactory() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
 
 // The most actions a head has (the depth head: STOP and 1..16).
 constexpr int kMaxActions = kEnvDepthActions;
+
+// Greedy decisions remembered per run (keyed by the action prefix, ~200
+// bytes each); the memo starts over when full.
+constexpr size_t kGreedyMemoEntries = 1 << 16;
 
 // Index of the largest probability (the first on ties: deterministic).
 int Greedy(absl::Span<const float> p) {
@@ -54,6 +60,28 @@ int Sample(absl::Span<const float> p, std::mt19937_64& rng) {
 // action, one drawn from the policy, or one drawn uniformly over the legal
 // actions (an exploration rollout).
 enum class Pick { kGreedy, kSample, kUniform };
+
+// The action `policy` takes on `env` (not done) by `pick`; `probabilities`
+// is scratch of at least the acting head's action count.
+int PolicyAction(PolicyModel& policy, const ConstructionEnv& env, Pick pick,
+                 std::mt19937_64& rng, absl::Span<float> probabilities) {
+  absl::Span<const uint8_t> mask = env.LegalMask();
+  const int actions = static_cast<int>(mask.size());
+  absl::Span<float> p = probabilities.subspan(0, actions);
+  policy.ActionProbabilities(env, p);
+  // The contract says masked actions get 0; enforcing it here keeps a
+  // faulty model from reaching Step's CHECK.
+  float total = 0;
+  for (int a = 0; a < actions; ++a) {
+    if (!mask[a]) p[a] = 0;
+    total += p[a];
+  }
+  if (pick == Pick::kUniform) total = 0;
+  if (!(total > 0)) {  // degenerate output: uniform over legal actions
+    for (int a = 0; a < actions; ++a) p[a] = mask[a];
+  }
+  return pick == Pick::kGreedy ? Greedy(p) : Sample(p, rng);
+}
 
 }  // namespace
 
@@ -152,6 +180,7 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
   // (`pick`); the actions taken end in `taken`. Returns whether its plan
   // became the best.
   std::vector<int> taken;
+  absl::flat_hash_map<std::string, int> greedy_memo;  // action prefix -> action
   // After `script`, the actions of `tail` are taken in order while legal;
   // the first illegal one hands over to the policy.
   auto play = [&](absl::Span<const int> script, Pick pick,
@@ -170,22 +199,27 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
         action = tail[next_tail++];
       } else {
         next_tail = tail.size();
-        const int actions = static_cast<int>(env->LegalMask().size());
-        absl::Span<float> p = absl::MakeSpan(probabilities.data(), actions);
-        (*policy)->ActionProbabilities(*env, p);
-        // The contract says masked actions get 0; enforcing it here keeps a
-        // faulty model from reaching Step's CHECK.
-        absl::Span<const uint8_t> mask = env->LegalMask();
-        float total = 0;
-        for (int a = 0; a < actions; ++a) {
-          if (!mask[a]) p[a] = 0;
-          total += p[a];
+        // The environment is a function of the actions taken, so the
+        // policy's greedy choice after a prefix is too: refinement replays
+        // the same prefixes again and again (two greedy decisions in three
+        // on Figure 7(c)'s 416 GPUs), and each costs a forward pass.
+        std::string key;
+        if (pick == Pick::kGreedy) {
+          key.assign(reinterpret_cast<const char*>(taken.data()),
+                     taken.size() * sizeof(int));
         }
-        if (pick == Pick::kUniform) total = 0;
-        if (!(total > 0)) {  // degenerate output: uniform over legal actions
-          for (int a = 0; a < actions; ++a) p[a] = mask[a];
+        const auto memo = pick == Pick::kGreedy ? greedy_memo.find(key)
+                                                : greedy_memo.end();
+        if (memo != greedy_memo.end()) {
+          action = memo->second;
+        } else {
+          action = PolicyAction(**policy, *env, pick, rng,
+                                absl::MakeSpan(probabilities));
+          if (pick == Pick::kGreedy) {
+            if (greedy_memo.size() >= kGreedyMemoEntries) greedy_memo.clear();
+            greedy_memo.emplace(std::move(key), action);
+          }
         }
-        action = pick == Pick::kGreedy ? Greedy(p) : Sample(p, rng);
       }
       taken.push_back(action);
       const StepOutcome step = env->Step(action);
@@ -329,8 +363,70 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
       if (!improved) break;
     }
   };
-  for (Episode& episode : elite)
+  // Template-wise descent through the regular structures (see
+  // LearnedPlannerConfig::regular_descent). A template priced alone is the
+  // policy's own step reward, and there the regular structure the exact
+  // planner finds is often one run-move away from the policy's (Qwen3-30B-
+  // A3B on 256 GPUs: [A100 tp4 x5, H100 tp4 x4] -> tp2 -> one stage
+  // fewer), while priced with the rest of the episode it is not.
+  // The plan of exactly `templates` (kInfeasible when the cluster cannot
+  // hold them as written: a neighbour the policy would have to change).
+  auto price_exactly = [&](const std::vector<TemplateActions>& templates) {
+    const std::vector<int> actions = WriteTemplates(templates);
+    play({}, Pick::kGreedy, actions);
+    const bool as_written =
+        taken.size() + 1 >= actions.size() &&
+        std::equal(actions.begin(), actions.end() - 1, taken.begin());
+    return as_written && env->plan().templates.size() == templates.size()
+               ? env->iteration_time_s()
+               : kInfeasible;
+  };
+  auto regular_descent = [&](Episode& episode) {
+    std::vector<TemplateActions> templates = ReadTemplates(episode.actions);
+    for (size_t k = 0; k < templates.size() && !tracker.OutOfBudget(); ++k) {
+      std::vector<TemplateActions> prefix(templates.begin(),
+                                          templates.begin() + k + 1);
+      double best = price_exactly(prefix);
+      // Single-run moves until none improves, then one round of two-run
+      // moves; after a two-run move improves, single-run moves again.
+      for (bool moved = true, pairs = false; moved && !tracker.OutOfBudget();) {
+        moved = false;
+        const TemplateActions from = prefix[k];
+        TemplateActions best_template;
+        for (TemplateActions& n : RunNeighbours(from, present_slots, pairs)) {
+          if (n == from || tracker.OutOfBudget()) continue;
+          prefix[k] = std::move(n);
+          const double t = price_exactly(prefix);
+          if (t < best) {
+            best = t;
+            best_template = prefix[k];
+            moved = true;
+          }
+        }
+        prefix[k] = moved ? std::move(best_template) : from;
+        if (!moved && !pairs) {
+          pairs = moved = true;  // one round of two-run moves
+        } else {
+          pairs = false;
+        }
+      }
+      templates[k] = std::move(prefix[k]);
+    }
+    std::vector<int> tail = WriteTemplates(templates);
+    tail.pop_back();  // the policy decides whether to stop
+    play({}, Pick::kGreedy, tail);
+    if (!env->plan().templates.empty() &&
+        env->iteration_time_s() < episode.iteration_time_s) {
+      episode = {env->iteration_time_s(), taken};
+    }
+  };
+  for (Episode& episode : elite) {
+    if (config_.regular_descent && config_.refinement_passes > 0 &&
+        !tracker.OutOfBudget()) {
+      regular_descent(episode);
+    }
     descend(episode.actions, episode.iteration_time_s);
+  }
 
   // Iterated local search from the best refined episode while the budget
   // lasts: a kick of two random structural moves, a descent from there,

@@ -124,6 +124,14 @@ struct LearnedPlannerConfig {
   int exploration_interval = 4;
   int exploration_elites = 2;
   bool structural_moves = true;
+  // Before the refinement, each refined episode's templates are descended
+  // in turn through the regular structures (one contiguous run of stages
+  // per GPU type; episode_moves.h, RunNeighbours), each template priced
+  // with the templates before it and nothing after (the step's own
+  // reward); the episode then replays the new templates and the policy
+  // completes it, replacing the episode when faster. Needs
+  // refinement_passes > 0.
+  bool regular_descent = true;
   // Iterated local search after the refinement: a kick of two random
   // structural moves from the best episode, then a refinement from there,
   // kept when faster; this many kicks in a row without a gain end it

@@ -91,5 +91,73 @@ TEST(EpisodeMovesTest, NeighbourCountOfOneStage) {
     EXPECT_LE(x[0].size(), 16u);
 }
 
+
+// Figure 9(b)'s case in slots: the policy's [A100 tp4 x2, H100 tp4, A100
+// tp4] (slot 1 = A100, slot 0 = H100, TP action 2 = TP 4).
+const TemplateActions kMixed = {{1, 2}, {1, 2}, {0, 2}, {1, 2}};
+
+TEST(EpisodeMovesTest, RunNeighboursGroupAndChangeOneRun) {
+  const std::vector<int> slots = {0, 1, 2};
+  const std::vector<TemplateActions> n = RunNeighbours(kMixed, slots);
+  // The grouping: runs in the order of first use (A100, then H100).
+  EXPECT_THAT(n, Contains(TemplateActions{{1, 2}, {1, 2}, {1, 2}, {0, 2}}));
+  // The two runs swapped.
+  EXPECT_THAT(n, Contains(TemplateActions{{0, 2}, {1, 2}, {1, 2}, {1, 2}}));
+  // The A100 run at TP 2 (action 1), the H100 stage kept.
+  EXPECT_THAT(n, Contains(TemplateActions{{1, 1}, {1, 1}, {1, 1}, {0, 2}}));
+  // The A100 run one stage shorter, and the H100 run twice as long.
+  EXPECT_THAT(n, Contains(TemplateActions{{1, 2}, {1, 2}, {0, 2}}));
+  EXPECT_THAT(n, Contains(TemplateActions{{1, 2}, {1, 2}, {1, 2}, {0, 2},
+                                          {0, 2}}));
+  // The H100 run dropped (half of one stage is none).
+  EXPECT_THAT(n, Contains(TemplateActions{{1, 2}, {1, 2}, {1, 2}}));
+  // Slot 2, unused, as a one-stage run first or last, at any TP.
+  EXPECT_THAT(n, Contains(TemplateActions{{2, 0}, {1, 2}, {1, 2}, {1, 2},
+                                          {0, 2}}));
+  EXPECT_THAT(n, Contains(TemplateActions{{1, 2}, {1, 2}, {1, 2}, {0, 2},
+                                          {2, 3}}));
+  // Only regular structures: each slot's stages contiguous.
+  for (const TemplateActions& x : n) {
+    ASSERT_GE(x.size(), 1u);
+    ASSERT_LE(x.size(), 16u);
+    for (size_t i = 0; i + 1 < x.size(); ++i) {
+      for (size_t j = i + 2; j < x.size(); ++j) {
+        if (x[i][0] == x[j][0]) {
+          EXPECT_EQ(x[i + 1][0], x[i][0]);
+        }
+      }
+    }
+  }
+}
+
+TEST(EpisodeMovesTest, RunPairNeighboursChangeTwoRunsTogether) {
+  const std::vector<int> slots = {0, 1};
+  const std::vector<TemplateActions> n = RunNeighbours(kMixed, slots, true);
+  // A100 run at TP 2 and one stage shorter, H100 run one stage longer: two
+  // runs changed, which no single-run move reaches.
+  const TemplateActions both = {{1, 1}, {1, 1}, {0, 2}, {0, 2}};
+  EXPECT_THAT(n, Contains(both));
+  EXPECT_THAT(RunNeighbours(kMixed, slots), Not(Contains(both)));
+  // Each run: 4 TPs x 3 lengths (one stage fewer, as many, one more) less
+  // itself (11 for the A100 run; 8 for the H100 run, whose 0 stages come
+  // once whatever the TP), and nothing else: 11 x 8.
+  EXPECT_EQ(n.size(), 11u * 8u);
+  // One run only: no pairs.
+  EXPECT_TRUE(RunNeighbours(TemplateActions{{0, 1}, {0, 1}}, slots, true)
+                  .empty());
+}
+
+TEST(EpisodeMovesTest, RunNeighboursStayWithinSixteenStages) {
+  TemplateActions deep(15, StageActions{0, 1});
+  deep.push_back({1, 1});
+  const std::vector<int> slots = {0, 1, 2};
+  for (bool pairs : {false, true}) {
+    for (const TemplateActions& x : RunNeighbours(deep, slots, pairs)) {
+      EXPECT_GE(x.size(), 1u);
+      EXPECT_LE(x.size(), 16u);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace arachne
