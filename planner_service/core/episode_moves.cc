@@ -234,6 +234,28 @@ std::vector<TemplateActions> RunNeighbours(const TemplateActions& t,
         r.push_back(runs[i][static_cast<size_t>(s) * run / count]);
       out.push_back(join(sequence, i, &r));
     }
+    // The run's first or last stage split into two of half the TP, or its
+    // first or last two stages of one TP merged into one of twice the TP:
+    // the run keeps its GPUs (so the template its replica count) and moves
+    // layers between TP degrees (Figure 7(d)'s 32+32: [A100 tp2 x4, H100
+    // tp2 x4] to Metis's [A100 tp2 x4, H100 tp2 x3, H100 tp1 x2]).
+    for (const bool last : {false, true}) {
+      const size_t end = last ? static_cast<size_t>(run) - 1 : 0;
+      const size_t next = last ? end - 1 : 1;
+      if (runs[i][end][1] > 0 && depth < kEnvMaxDepth) {
+        TemplateActions r = runs[i];
+        r[end][1] -= 1;
+        r.insert(r.begin() + static_cast<std::ptrdiff_t>(end), r[end]);
+        out.push_back(join(sequence, i, &r));
+      }
+      if (run >= 2 && runs[i][end] == runs[i][next] &&
+          runs[i][end][1] + 1 < kEnvTpSlots) {
+        TemplateActions r = runs[i];
+        r[end][1] += 1;
+        r.erase(r.begin() + static_cast<std::ptrdiff_t>(next));
+        out.push_back(join(sequence, i, &r));
+      }
+    }
   }
   if (depth < kEnvMaxDepth) {
     for (int slot : slots) {

@@ -54,10 +54,11 @@ std::vector<std::vector<TemplateActions>> StructuralNeighbours(
 // stages in their order; then: the grouping itself; two neighbouring runs
 // swapped; one run at each TP action; one run with one stage fewer or
 // more, half or twice as many (stages resampled evenly; a run of 0 drops
-// the type unless it is the only one), within 1..16 stages in all; and for
-// each slot of `slots` the template does not use, a one-stage run of it at
-// each TP action first and last. The result may hold `t` itself and
-// duplicates.
+// the type unless it is the only one), within 1..16 stages in all; one
+// run's first or last stage split into two of half the TP, or its first or
+// last two equal stages merged into one of twice the TP; and for each slot
+// of `slots` the template does not use, a one-stage run of it at each TP
+// action first and last. The result may hold `t` itself and duplicates.
 // With `pairs`, instead: from the grouping, every two runs changed together,
 // each to any TP action with one stage fewer, as many or one more (a run
 // of 0 drops its type), within 1..16 stages in all.

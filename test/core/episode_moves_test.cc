@@ -111,6 +111,13 @@ TEST(EpisodeMovesTest, RunNeighboursGroupAndChangeOneRun) {
                                           {0, 2}}));
   // The H100 run dropped (half of one stage is none).
   EXPECT_THAT(n, Contains(TemplateActions{{1, 2}, {1, 2}, {1, 2}}));
+  // The H100 stage split into two of TP 2; the A100 run's last two stages
+  // merged into one of TP 8 and its first split into two of TP 2.
+  EXPECT_THAT(n, Contains(TemplateActions{{1, 2}, {1, 2}, {1, 2}, {0, 1},
+                                          {0, 1}}));
+  EXPECT_THAT(n, Contains(TemplateActions{{1, 2}, {1, 3}, {0, 2}}));
+  EXPECT_THAT(n, Contains(TemplateActions{{1, 1}, {1, 1}, {1, 2}, {1, 2},
+                                          {0, 2}}));
   // Slot 2, unused, as a one-stage run first or last, at any TP.
   EXPECT_THAT(n, Contains(TemplateActions{{2, 0}, {1, 2}, {1, 2}, {1, 2},
                                           {0, 2}}));
