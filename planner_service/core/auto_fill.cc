@@ -157,7 +157,11 @@ absl::StatusOr<FillResult> AutoFill::Extend(
         "template ", describe(), ": max_replicas must be >= 0 (0: no cap), got ",
         max_replicas));
   }
-  FillResult result{so_far, pool, kInfeasible};
+  // The fastest candidate so far. The result is assembled at the end:
+  // copying so_far and pool into it up front doubled the copies of large
+  // plans.
+  Plan best_plan;
+  double best_time = kInfeasible;
   Template t;
   for (const StageChoice& c : structure) {
     Stage st;
@@ -235,9 +239,9 @@ absl::StatusOr<FillResult> AutoFill::Extend(
         continue;
       }
       fits_at_mbs = true;
-      if (time < result.iteration_time_s) {
-        result.iteration_time_s = time;
-        result.plan = plan;
+      if (time < best_time) {
+        best_time = time;
+        best_plan = plan;
       }
     }
     any_fits = any_fits || fits_at_mbs;
@@ -253,7 +257,7 @@ absl::StatusOr<FillResult> AutoFill::Extend(
       deferred.begin(), deferred.end(),
       [](const Deferred& a, const Deferred& b) { return a.time < b.time; });
   for (const Deferred& d : deferred) {
-    if (d.time > result.iteration_time_s * (1 + tiling_reselect_margin_))
+    if (d.time > best_time * (1 + tiling_reselect_margin_))
       break;
     Template& t = plan.templates[idx];
     t.micro_batch_size = d.mbs;
@@ -261,12 +265,12 @@ absl::StatusOr<FillResult> AutoFill::Extend(
     for (int s = 0; s < t.depth(); ++s) t.stages[s].tiling = d.tilings[s];
     const double time =
         ReselectExpertTilings(plan, idx, d.options, d.time, evaluations);
-    if (time < result.iteration_time_s) {
-      result.iteration_time_s = time;
-      result.plan = plan;
+    if (time < best_time) {
+      best_time = time;
+      best_plan = plan;
     }
   }
-  if (!std::isfinite(result.iteration_time_s)) {
+  if (!std::isfinite(best_time)) {
     if (!any_profiled) {
       return absl::FailedPreconditionError(absl::StrCat(
           "template ", describe(), ": no profiled micro-batch size"));
@@ -276,12 +280,9 @@ absl::StatusOr<FillResult> AutoFill::Extend(
         any_fits ? "the global batch cannot be split into its micro-batches"
                  : "no layer split fits in memory"));
   }
-  result.pool = pool;
-  const Template& chosen = result.plan.templates[idx];
-  Plan only;
-  only.templates.push_back(chosen);
-  if (absl::Status s = result.pool.Take(only); !s.ok()) return s;
-  return result;
+  // `placed` took exactly the chosen template's GPUs: the candidates differ
+  // in micro-batch size, split and tilings, never in placement.
+  return FillResult{std::move(best_plan), std::move(placed), best_time};
 }
 
 }  // namespace arachne

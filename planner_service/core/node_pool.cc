@@ -29,23 +29,25 @@ absl::Status NodePool::Take(const Plan& plan) {
     const Template& tmpl = plan.templates[t];
     for (size_t i = 0; i < tmpl.placement.size(); ++i) {
       const StagePlacement& p = tmpl.placement[i];
-      const std::string where = absl::StrCat(
-          "templates[", t, "].placement[", i / tmpl.depth(), "][",
-          i % tmpl.depth(), "]");
+      // Built only for an error: Take runs on every auto-fill.
+      auto where = [&] {
+        return absl::StrCat("templates[", t, "].placement[", i / tmpl.depth(),
+                            "][", i % tmpl.depth(), "]");
+      };
       if (p.node < 0 || p.node >= cluster_->num_nodes()) {
         return absl::InvalidArgumentError(
-            absl::StrCat(where, ".node: no node with index ", p.node));
+            absl::StrCat(where(), ".node: no node with index ", p.node));
       }
       for (int g : p.gpus) {
         if (g < 0 || g >= cluster_->node(p.node).num_gpus) {
           return absl::InvalidArgumentError(absl::StrCat(
-              where, ".gpus: node \"", cluster_->node(p.node).name,
+              where(), ".gpus: node \"", cluster_->node(p.node).name,
               "\" has no GPU ", g));
         }
         const uint64_t bit = uint64_t{1} << g;
         if (!(free_mask_[p.node] & bit)) {
           return absl::InvalidArgumentError(absl::StrCat(
-              where, ".gpus: GPU ", g, " of node \"",
+              where(), ".gpus: GPU ", g, " of node \"",
               cluster_->node(p.node).name, "\" is used twice"));
         }
         free_mask_[p.node] &= ~bit;
@@ -115,12 +117,21 @@ int NodePool::PlaceStage(int gpu_type, int tp, int previous_node,
 bool NodePool::PlaceReplica(absl::Span<const Stage> stages,
                             std::vector<StagePlacement>* out) {
   const size_t start = out->size();
-  NodePool saved = *this;
   int previous = -1;
   for (const Stage& st : stages) {
     const int node = ChooseNode(st.gpu_type, st.tp, previous);
     if (node < 0) {
-      *this = std::move(saved);
+      // Give back the GPUs of the stages placed (cheaper than copying the
+      // pool per replica: auto-fill places every replica of every
+      // template it prices).
+      for (size_t i = start; i < out->size(); ++i) {
+        const StagePlacement& p = (*out)[i];
+        for (int g : p.gpus) free_mask_[p.node] |= uint64_t{1} << g;
+        const int count = static_cast<int>(p.gpus.size());
+        free_count_[p.node] += count;
+        free_by_type_[cluster_->node(p.node).gpu_type] += count;
+        total_free_ += count;
+      }
       out->resize(start);
       return false;
     }
