@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <random>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -364,11 +365,11 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
     }
   };
   // Template-wise descent through the regular structures (see
-  // LearnedPlannerConfig::regular_descent). A template priced alone is the
-  // policy's own step reward, and there the regular structure the exact
-  // planner finds is often one run-move away from the policy's (Qwen3-30B-
-  // A3B on 256 GPUs: [A100 tp4 x5, H100 tp4 x4] -> tp2 -> one stage
-  // fewer), while priced with the rest of the episode it is not.
+  // LearnedPlannerConfig::regular_descent). Priced with the rest of the
+  // episode, the regular template the exact planner finds is often several
+  // single changes from the policy's, each slower alone; priced with only
+  // the templates before it (the step's own reward) and with two runs
+  // changed at once, it is reachable (docs/learned-policy.md, Inference).
   // The plan of exactly `templates` (kInfeasible when the cluster cannot
   // hold them as written: a neighbour the policy would have to change).
   auto price_exactly = [&](const std::vector<TemplateActions>& templates) {
@@ -387,27 +388,29 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
       std::vector<TemplateActions> prefix(templates.begin(),
                                           templates.begin() + k + 1);
       double best = price_exactly(prefix);
-      // Single-run moves until none improves, then one round of two-run
-      // moves; after a two-run move improves, single-run moves again.
-      for (bool moved = true, pairs = false; moved && !tracker.OutOfBudget();) {
-        moved = false;
+      // Best improvement among the single-run moves until none improves,
+      // then among the two-run moves; after a two-run move, single again.
+      bool pairs = false;
+      while (!tracker.OutOfBudget()) {
         const TemplateActions from = prefix[k];
-        TemplateActions best_template;
+        std::optional<TemplateActions> better;
         for (TemplateActions& n : RunNeighbours(from, present_slots, pairs)) {
-          if (n == from || tracker.OutOfBudget()) continue;
+          if (tracker.OutOfBudget()) break;
+          if (n == from) continue;
           prefix[k] = std::move(n);
           const double t = price_exactly(prefix);
           if (t < best) {
             best = t;
-            best_template = prefix[k];
-            moved = true;
+            better = prefix[k];
           }
         }
-        prefix[k] = moved ? std::move(best_template) : from;
-        if (!moved && !pairs) {
-          pairs = moved = true;  // one round of two-run moves
-        } else {
+        prefix[k] = better ? *std::move(better) : from;
+        if (better) {
           pairs = false;
+        } else if (!pairs) {
+          pairs = true;
+        } else {
+          break;
         }
       }
       templates[k] = std::move(prefix[k]);
