@@ -176,9 +176,9 @@ std::vector<TemplateActions> RunNeighbours(const TemplateActions& t,
   // Two runs changed together, each to any TP action with one stage fewer,
   // as many or one more: the replicas a template packs are set by its
   // scarcest type, so a better run of one type often needs the other's
-  // run resized with it (Figure 9(b)'s 160 GPUs: [A100 tp4 x5, H100 tp4
-  // x5] to [A100 tp2 x4, H100 tp4 x4], where every single-run move and
-  // every pair is slower but this one; see RunNeighbours' callers).
+  // run resized with it (Figure 9(b)'s 160 GPUs: from [A100 tp4 x5, H100
+  // tp4 x5], where every single-run move is slower, to [A100 tp2 x4, H100
+  // tp4 x4]; docs/learned-policy.md, Inference).
   if (pairs) {
     auto variants = [&](size_t i) {
       std::vector<TemplateActions> v;
