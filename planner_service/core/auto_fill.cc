@@ -259,10 +259,11 @@ absl::StatusOr<FillResult> AutoFill::Extend(
   for (const Deferred& d : deferred) {
     if (d.time > best_time * (1 + tiling_reselect_margin_))
       break;
-    Template& t = plan.templates[idx];
-    t.micro_batch_size = d.mbs;
-    ApplySplit(t, d.split);
-    for (int s = 0; s < t.depth(); ++s) t.stages[s].tiling = d.tilings[s];
+    Template& candidate = plan.templates[idx];
+    candidate.micro_batch_size = d.mbs;
+    ApplySplit(candidate, d.split);
+    for (int s = 0; s < candidate.depth(); ++s)
+      candidate.stages[s].tiling = d.tilings[s];
     const double time =
         ReselectExpertTilings(plan, idx, d.options, d.time, evaluations);
     if (time < best_time) {

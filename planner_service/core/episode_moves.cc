@@ -10,6 +10,15 @@ namespace {
 
 constexpr size_t kNone = ~size_t{0};  // no run replaced
 
+// `stages` resampled evenly to `count` stages (stage i of the result is
+// stage i * size / count of `stages`).
+TemplateActions Resampled(const TemplateActions& stages, int count) {
+  TemplateActions out;
+  for (int i = 0; i < count; ++i)
+    out.push_back(stages[static_cast<size_t>(i) * stages.size() / count]);
+  return out;
+}
+
 }  // namespace
 
 std::vector<TemplateActions> ReadTemplates(absl::Span<const int> actions) {
@@ -74,9 +83,7 @@ std::vector<std::vector<TemplateActions>> StructuralNeighbours(
     depths.erase(std::unique(depths.begin(), depths.end()), depths.end());
     for (int d : depths) {
       if (d < 1 || d > kEnvMaxDepth || d == depth) continue;
-      TemplateActions n(d);
-      for (int i = 0; i < d; ++i) n[i] = t[static_cast<size_t>(i) * depth / d];
-      with(std::move(n));
+      with(Resampled(t, d));
     }
     for (int i = 0; i < depth; ++i) {
       for (int j = i + 1; j < depth; ++j) {
@@ -186,11 +193,8 @@ std::vector<TemplateActions> RunNeighbours(const TemplateActions& t,
       for (int count : {run - 1, run, run + 1}) {
         for (int tp = 0; tp < kEnvTpSlots; ++tp) {
           if (count == 0 && tp > 0) break;  // no stages: one variant
-          TemplateActions r;
-          for (int s = 0; s < count; ++s) {
-            r.push_back(runs[i][static_cast<size_t>(s) * run / count]);
-            r.back()[1] = tp;
-          }
+          TemplateActions r = Resampled(runs[i], count);
+          for (StageActions& stage : r) stage[1] = tp;
           if (r != runs[i]) v.push_back(std::move(r));
         }
       }
@@ -229,9 +233,7 @@ std::vector<TemplateActions> RunNeighbours(const TemplateActions& t,
       const int total = depth - run + count;
       if (count == run || count < 0 || total < 1 || total > kEnvMaxDepth)
         continue;
-      TemplateActions r;
-      for (int s = 0; s < count; ++s)
-        r.push_back(runs[i][static_cast<size_t>(s) * run / count]);
+      const TemplateActions r = Resampled(runs[i], count);
       out.push_back(join(sequence, i, &r));
     }
     // The run's first or last stage split into two of half the TP, or its

@@ -204,22 +204,22 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
         // policy's greedy choice after a prefix is too: refinement replays
         // the same prefixes again and again (two greedy decisions in three
         // on Figure 7(c)'s 416 GPUs), and each costs a forward pass.
-        std::string key;
         if (pick == Pick::kGreedy) {
-          key.assign(reinterpret_cast<const char*>(taken.data()),
-                     taken.size() * sizeof(int));
-        }
-        const auto memo = pick == Pick::kGreedy ? greedy_memo.find(key)
-                                                : greedy_memo.end();
-        if (memo != greedy_memo.end()) {
+          std::string key(reinterpret_cast<const char*>(taken.data()),
+                          taken.size() * sizeof(int));
+          auto memo = greedy_memo.find(key);
+          if (memo == greedy_memo.end()) {
+            if (greedy_memo.size() >= kGreedyMemoEntries) greedy_memo.clear();
+            memo = greedy_memo
+                       .emplace(std::move(key),
+                                PolicyAction(**policy, *env, pick, rng,
+                                             absl::MakeSpan(probabilities)))
+                       .first;
+          }
           action = memo->second;
         } else {
           action = PolicyAction(**policy, *env, pick, rng,
                                 absl::MakeSpan(probabilities));
-          if (pick == Pick::kGreedy) {
-            if (greedy_memo.size() >= kGreedyMemoEntries) greedy_memo.clear();
-            greedy_memo.emplace(std::move(key), action);
-          }
         }
       }
       taken.push_back(action);

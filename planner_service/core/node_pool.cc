@@ -29,7 +29,7 @@ absl::Status NodePool::Take(const Plan& plan) {
     const Template& tmpl = plan.templates[t];
     for (size_t i = 0; i < tmpl.placement.size(); ++i) {
       const StagePlacement& p = tmpl.placement[i];
-      // Built only for an error: Take runs on every auto-fill.
+      // Built only for an error.
       auto where = [&] {
         return absl::StrCat("templates[", t, "].placement[", i / tmpl.depth(),
                             "][", i % tmpl.depth(), "]");
@@ -107,6 +107,14 @@ void NodePool::TakeGpus(int node, int count, StagePlacement* out) {
   total_free_ -= count;
 }
 
+void NodePool::GiveBackGpus(const StagePlacement& placed) {
+  for (int g : placed.gpus) free_mask_[placed.node] |= uint64_t{1} << g;
+  const int count = static_cast<int>(placed.gpus.size());
+  free_count_[placed.node] += count;
+  free_by_type_[cluster_->node(placed.node).gpu_type] += count;
+  total_free_ += count;
+}
+
 int NodePool::PlaceStage(int gpu_type, int tp, int previous_node,
                          StagePlacement* out) {
   const int node = ChooseNode(gpu_type, tp, previous_node);
@@ -121,17 +129,10 @@ bool NodePool::PlaceReplica(absl::Span<const Stage> stages,
   for (const Stage& st : stages) {
     const int node = ChooseNode(st.gpu_type, st.tp, previous);
     if (node < 0) {
-      // Give back the GPUs of the stages placed (cheaper than copying the
-      // pool per replica: auto-fill places every replica of every
-      // template it prices).
-      for (size_t i = start; i < out->size(); ++i) {
-        const StagePlacement& p = (*out)[i];
-        for (int g : p.gpus) free_mask_[p.node] |= uint64_t{1} << g;
-        const int count = static_cast<int>(p.gpus.size());
-        free_count_[p.node] += count;
-        free_by_type_[cluster_->node(p.node).gpu_type] += count;
-        total_free_ += count;
-      }
+      // Give back the stages placed (cheaper than copying the pool per
+      // replica: auto-fill places every replica of every template it
+      // prices).
+      for (size_t i = start; i < out->size(); ++i) GiveBackGpus((*out)[i]);
       out->resize(start);
       return false;
     }

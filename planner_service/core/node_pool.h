@@ -56,6 +56,8 @@ class NodePool {
  private:
   int ChooseNode(int gpu_type, int tp, int previous_node) const;
   void TakeGpus(int node, int count, StagePlacement* out);
+  // Frees the GPUs TakeGpus took for `placed`.
+  void GiveBackGpus(const StagePlacement& placed);
 
   const Cluster* cluster_;
   std::vector<uint64_t> free_mask_;  // bit i: local GPU i is free
