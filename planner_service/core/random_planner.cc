@@ -4,7 +4,6 @@
 #include <random>
 
 #include "absl/random/distributions.h"
-#include "absl/random/random.h"
 #include "planner_service/core/auto_fill.h"
 #include "planner_service/core/exact_planner.h"
 #include "planner_service/core/search_tracker.h"
@@ -17,7 +16,7 @@ namespace {
 // uniform draw over the space must be).
 std::vector<StageChoice> DrawStructure(const std::vector<StageChoice>& choices,
                                        int depth, const NodePool& pool,
-                                       int num_types, absl::BitGen& rng) {
+                                       int num_types, std::mt19937_64& rng) {
   std::vector<StageChoice> s;
   std::vector<int> used(num_types, 0);
   for (int i = 0; i < depth; ++i) {
@@ -39,10 +38,10 @@ absl::StatusOr<PlanResult> RandomPlanner::Run(const CostModel& cm,
   const std::vector<StageChoice> choices = ExactPlanner::StageOptions(cm);
   const int max_depth = std::min(options.max_depth, cm.model().num_layers);
   const int max_templates = std::max(options.max_templates, 1);
-  // absl::BitGen seeded from a seed sequence is deterministic for a seed
-  // within one build, which is what reproducible runs need.
-  std::seed_seq seq{options.seed};
-  absl::BitGen rng(seq);
+  // A standard engine, not absl::BitGen: BitGen salts every seed with
+  // per-process OS entropy, so a seeded BitGen draws a different sequence in
+  // each run. A run must be reproducible from its --seed.
+  std::mt19937_64 rng(options.seed);
   if (choices.empty()) return tracker.Finish(name(), /*exhaustive=*/false);
   while (!tracker.OutOfBudget()) {
     const int templates = absl::Uniform<int>(absl::IntervalClosed, rng, 1,
@@ -91,8 +90,7 @@ std::vector<PlanSample> SamplePlanStructures(const CostModel& cm, int count,
   const AutoFill fill(cm);
   const std::vector<StageChoice> choices = ExactPlanner::StageOptions(cm);
   const int depth_limit = std::min(max_depth, cm.model().num_layers);
-  std::seed_seq seq{seed};
-  absl::BitGen rng(seq);
+  std::mt19937_64 rng(seed);
   const NodePool pool(cm.cluster());
   std::vector<PlanSample> out;
   if (choices.empty()) return out;

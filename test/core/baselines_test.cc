@@ -2,10 +2,14 @@
 // keeps the restriction that defines it, budgets and seeds make runs
 // reproducible, and the exact planner is never beaten on small clusters.
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -282,6 +286,45 @@ TEST(Baselines, RandomIsDeterministicForASeed) {
     EXPECT_GE(s1[i].max_depth, 1);
     EXPECT_LE(s1[i].max_depth, 16);
   }
+}
+
+// What a seeded random run draws, as text: the plan random returns and the
+// depths it samples.
+std::string RandomRunSignature(const CostModel& cm) {
+  PlannerOptions o;
+  o.max_evaluations = 300;
+  o.seed = 5;
+  auto r = RandomPlanner().Run(cm, o);
+  CHECK(r.ok()) << r.status();
+  std::string out = absl::StrCat(r->prediction.iteration_time_s, " ",
+                                 r->plan.used_gpus(), ":");
+  for (const PlanSample& s : SamplePlanStructures(cm, 60, 7))
+    absl::StrAppend(&out, " ", s.max_depth);
+  return out;
+}
+
+// A seed reproduces a run in another process too, which is what --seed
+// promises. Within one process the test above cannot tell: absl::BitGen
+// salts its seed with OS entropy once per process, so a BitGen-based random
+// planner matched itself in-process and drew differently in each run. The
+// "threadsafe" death-test style re-executes this binary, so the child draws
+// in a fresh process; it writes what it drew and the parent compares.
+TEST(Baselines, RandomIsDeterministicForASeedAcrossProcesses) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/random_run_signature.txt");
+  auto ctx = Context("llama3-8b", kTwoTypes32);
+  EXPECT_EXIT(
+      {
+        std::ofstream(path) << RandomRunSignature(ctx->cost_model());
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  std::ifstream in(path);
+  std::string child((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  EXPECT_EQ(child, RandomRunSignature(ctx->cost_model()));
+  EXPECT_THAT(child, HasSubstr(":"));
 }
 
 TEST(Baselines, NoBaselineBeatsTheExhaustiveSearch) {

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/random/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner_service/core/auto_fill.h"
@@ -219,7 +218,7 @@ TEST_F(ConstructionEnvTest, DepthMaskFollowsTheFreeGpus) {
   EXPECT_EQ(env.FeasibleDepth(2), 3);
   // Forced depths are drawn among the legal ones, never STOP.
   std::seed_seq seq{5};
-  absl::BitGen rng(seq);
+  std::mt19937_64 rng(seq);
   std::vector<int> seen(kEnvDepthActions, 0);
   for (int i = 0; i < 300; ++i) ++seen[env.UniformFeasibleDepth(rng)];
   EXPECT_EQ(seen[0], 0);
@@ -502,7 +501,7 @@ TEST_F(ConstructionEnvTest, UniformRolloutsAreDeterministicForASeed) {
   std::vector<double> first, second;
   for (std::vector<double>* out : {&first, &second}) {
     std::seed_seq seq{7};
-    absl::BitGen rng(seq);
+    std::mt19937_64 rng(seq);
     for (int i = 0; i < 50; ++i) {
       env.Reset();
       out->push_back(env.RunUniformEpisode(rng));
@@ -522,7 +521,7 @@ TEST_F(ConstructionEnvTest, FillCacheChangesNothingButTheWork) {
   ConstructionEnv cached = Env(cm, {.max_depth = 2, .fill_cache_entries = 64});
   ConstructionEnv plain = Env(cm, {.max_depth = 2, .fill_cache_entries = 0});
   std::seed_seq seq_a{3}, seq_b{3};
-  absl::BitGen rng_a(seq_a), rng_b(seq_b);
+  std::mt19937_64 rng_a(seq_a), rng_b(seq_b);
   for (int episode = 0; episode < 300; ++episode) {
     cached.Reset();
     plain.Reset();
@@ -607,7 +606,7 @@ TEST(ConstructionEnvProperty, RandomLegalRolloutsEndInValidPlans) {
       auto env = ConstructionEnv::Create(cm, {.infeasible_penalty = 0.5});
       ASSERT_TRUE(env.ok()) << env.status();
       std::seed_seq seq{static_cast<unsigned>(c), 11u};
-      absl::BitGen rng(seq);
+      std::mt19937_64 rng(seq);
       for (int episode = 0; episode < 15; ++episode) {
         env->Reset();
         double total = 0;
@@ -673,7 +672,7 @@ TEST(ConstructionEnvProperty, EveryBenchCompositionRuns) {
           << scenario.name << " " << composition.label << ": " << env.status();
       ++compositions;
       std::seed_seq seq{compositions};
-      absl::BitGen rng(seq);
+      std::mt19937_64 rng(seq);
       for (int episode = 0; episode < 5; ++episode) {
         env->Reset();
         env->RunUniformEpisode(rng);

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <random>
 
-#include "absl/random/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test/policy/policy_test_fixture.h"
@@ -43,7 +42,7 @@ TEST(PolicyNetworkTest, ProbabilitiesRespectTheMaskAtEveryHead) {
   auto net = PolicyNetwork::Create({.hidden = 32, .head_hidden = 16}, 7);
   ASSERT_TRUE(net.ok());
   std::seed_seq seq{5};
-  absl::BitGen rng(seq);
+  std::mt19937_64 rng(seq);
   int seen[3] = {0, 0, 0};
   int masked = 0;
   for (int episode = 0; episode < 20; ++episode) {
