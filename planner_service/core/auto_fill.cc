@@ -61,8 +61,7 @@ std::vector<int> AutoFill::ReplicaCaps(const NodePool& pool,
 
 double AutoFill::Price(Plan& plan, int64_t* evaluations) const {
   if (evaluations) ++*evaluations;
-  if (cm_.BalanceMicroBatches(plan) != Infeasibility::kOk) return kInfeasible;
-  return cm_.IterationTime(plan);
+  return cm_.BalanceAndPrice(plan);
 }
 
 double AutoFill::PickExpertTilings(Plan& plan, int template_index,
@@ -233,8 +232,7 @@ absl::StatusOr<FillResult> AutoFill::Extend(
       }
       if (!std::isfinite(time)) {
         Infeasibility why = Infeasibility::kOk;
-        if (cm_.BalanceMicroBatches(plan) == Infeasibility::kOk)
-          cm_.IterationTime(plan, &why);
+        cm_.BalanceAndPrice(plan, &why);
         if (why != Infeasibility::kOutOfMemory) fits_at_mbs = true;
         continue;
       }

@@ -29,6 +29,17 @@ struct CostModel::PlacementFacts {
   // Whether all replicas of stage s sit on one node.
   std::array<bool, kMaxDepth> stage_single_node;
   double min_share = kInfeasible;
+  // The node every stage of every replica sits on, -1 when more than one.
+  int only_node = -1;
+};
+
+// Per-template work the balance and the pricing share: placement facts
+// (linear in the placement) and each template's slowest stage and sum of
+// stages per micro-batch. Inline for up to 16 templates (every planner but
+// HexiScale, whose one-replica pipelines can number in the hundreds).
+struct CostModel::PlanWork {
+  absl::InlinedVector<PlacementFacts, 16> facts;
+  absl::InlinedVector<double, 16> max_t, sum_t;
 };
 
 int Log2Exact(int v) {
@@ -171,7 +182,30 @@ CostModel::PlacementFacts CostModel::FactsOf(const Template& t) const {
     }
   }
   for (int s = 0; s < d; ++s) f.min_share = std::min(f.min_share, f.stage_min_share[s]);
+  f.only_node = t.replicas > 0 && d > 0 ? t.at(0, 0).node : -1;
+  for (int r = 0; r < t.replicas && f.only_node >= 0; ++r)
+    for (int s = 0; s < d; ++s)
+      if (t.at(r, s).node != f.only_node) f.only_node = -1;
   return f;
+}
+
+Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
+                                     PlanWork& work) const {
+  const int n = static_cast<int>(plan.templates.size());
+  work.facts.resize(n);
+  for (int j = 0; j < n; ++j) work.facts[j] = FactsOf(plan.templates[j]);
+  if (!stage_times) return Infeasibility::kOk;
+  work.max_t.assign(n, 0.0);
+  work.sum_t.assign(n, 0.0);
+  for (int j = 0; j < n; ++j) {
+    for (int s = 0; s < plan.templates[j].depth(); ++s) {
+      const double ts = StageTimeTerms(plan, j, s, work.facts[j]).total();
+      if (!std::isfinite(ts)) return Infeasibility::kMissingProfile;
+      work.max_t[j] = std::max(work.max_t[j], ts);
+      work.sum_t[j] += ts;
+    }
+  }
+  return Infeasibility::kOk;
 }
 
 CostModel::StageTerms CostModel::StageTimeTerms(
@@ -330,22 +364,21 @@ Infeasibility CostModel::BalanceMicroBatches(Plan& plan) const {
     return t.total_micro_batches >= t.replicas ? Infeasibility::kOk
                                                : Infeasibility::kBadBatch;
   }
+  PlanWork work;
+  if (Infeasibility w = PrepareWork(plan, /*stage_times=*/true, work);
+      w != Infeasibility::kOk)
+    return w;
+  return BalanceWith(plan, work);
+}
+
+Infeasibility CostModel::BalanceWith(Plan& plan, const PlanWork& work) const {
+  const int n = static_cast<int>(plan.templates.size());
+  const int64_t batch = training_.global_batch;
   // Per template: steady-state time per micro-batch (max stage) and the
   // fill/drain (sum of stages), so a replica with m micro-batches takes
   // (m - 1) * max + sum.
-  // Inline storage: no allocation for up to 64 templates (every planner but
-  // HexiScale, whose one-replica pipelines can number in the hundreds).
-  absl::InlinedVector<double, 64> max_t(n, 0.0), sum_t(n, 0.0);
-  for (int j = 0; j < n; ++j) {
-    const Template& t = plan.templates[j];
-    const PlacementFacts f = FactsOf(t);
-    for (int s = 0; s < t.depth(); ++s) {
-      const double ts = StageTimeTerms(plan, j, s, f).total();
-      if (!std::isfinite(ts)) return Infeasibility::kMissingProfile;
-      max_t[j] = std::max(max_t[j], ts);
-      sum_t[j] += ts;
-    }
-  }
+  const auto& max_t = work.max_t;
+  const auto& sum_t = work.sum_t;
   // Smallest time X at which the replicas, each running as many whole
   // micro-batches as fit in X, cover the batch.
   auto capacity = [&](double x, absl::InlinedVector<int64_t, 64>& m) {
@@ -404,41 +437,77 @@ Infeasibility CostModel::BalanceMicroBatches(Plan& plan) const {
   return Infeasibility::kOk;
 }
 
+// The structural checks of Evaluate, before any per-template work.
+Infeasibility CostModel::CheckStructure(const Plan& plan) const {
+  if (plan.templates.empty()) return Infeasibility::kBadStructure;
+  for (const Template& t : plan.templates) {
+    if (t.depth() == 0 || t.depth() > kMaxDepth || t.replicas <= 0)
+      return Infeasibility::kBadStructure;
+  }
+  return Infeasibility::kOk;
+}
+
 double CostModel::Evaluate(const Plan& plan, Infeasibility* why,
                            Prediction* detail) const {
+  if (Infeasibility w = CheckStructure(plan); w != Infeasibility::kOk) {
+    if (why) *why = w;
+    return kInfeasible;
+  }
+  PlanWork work;
+  PrepareWork(plan, /*stage_times=*/false, work);
+  return EvaluateWith(plan, work, why, detail);
+}
+
+double CostModel::BalanceAndPrice(Plan& plan, Infeasibility* why) const {
   auto fail = [&](Infeasibility w) {
     if (why) *why = w;
     return kInfeasible;
   };
-  if (plan.templates.empty()) return fail(Infeasibility::kBadStructure);
+  if (Infeasibility w = CheckStructure(plan); w != Infeasibility::kOk)
+    return fail(w);
+  PlanWork work;
+  if (plan.templates.size() == 1) {
+    // One template needs no stage times to balance, and pricing checks
+    // memory before a missing profile: as BalanceMicroBatches then
+    // IterationTime.
+    if (Infeasibility w = BalanceMicroBatches(plan); w != Infeasibility::kOk)
+      return fail(w);
+    PrepareWork(plan, /*stage_times=*/false, work);
+  } else {
+    if (Infeasibility w = PrepareWork(plan, /*stage_times=*/true, work);
+        w != Infeasibility::kOk)
+      return fail(w);
+    if (Infeasibility w = BalanceWith(plan, work); w != Infeasibility::kOk)
+      return fail(w);
+  }
+  return EvaluateWith(plan, work, why, nullptr);
+}
+
+double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
+                               Infeasibility* why, Prediction* detail) const {
+  auto fail = [&](Infeasibility w) {
+    if (why) *why = w;
+    return kInfeasible;
+  };
   int total_replicas = 0;
   int64_t samples = 0;
   for (const Template& t : plan.templates) {
-    if (t.depth() == 0 || t.depth() > kMaxDepth || t.replicas <= 0)
-      return fail(Infeasibility::kBadStructure);
     total_replicas += t.replicas;
     samples += static_cast<int64_t>(t.total_micro_batches) * t.micro_batch_size;
   }
   if (samples != training_.global_batch) return fail(Infeasibility::kBadBatch);
 
   // Nodes the whole plan touches: a plan inside one node syncs over NVLink.
+  const auto& facts = work.facts;
   const int first_node = plan.templates[0].placement[0].node;
   bool plan_single_node = true;
   double plan_min_share = kInfeasible;
-  std::array<PlacementFacts, 16> facts_small;
-  std::vector<PlacementFacts> facts_large;
-  PlacementFacts* facts = facts_small.data();
-  if (plan.templates.size() > facts_small.size()) {
-    facts_large.resize(plan.templates.size());
-    facts = facts_large.data();
-  }
   for (size_t j = 0; j < plan.templates.size(); ++j) {
-    const Template& t = plan.templates[j];
-    facts[j] = FactsOf(t);
     plan_min_share = std::min(plan_min_share, facts[j].min_share);
-    for (const StagePlacement& p : t.placement)
-      if (p.node != first_node) plan_single_node = false;
+    if (facts[j].only_node != first_node) plan_single_node = false;
   }
+  // Stage times already priced for the balance are not priced again.
+  const bool timed = !work.max_t.empty();
 
   if (detail) {
     detail->stage_memory.assign(plan.templates.size(), {});
@@ -461,11 +530,13 @@ double CostModel::Evaluate(const Plan& plan, Infeasibility* why,
       }
       if (mem.total_gib() > UsableMemoryGib(st.gpu_type))
         return fail(Infeasibility::kOutOfMemory);
-      const double ts =
-          StageTimeTerms(plan, static_cast<int>(j), s, facts[j]).total();
-      if (!std::isfinite(ts)) return fail(Infeasibility::kMissingProfile);
-      max_t = std::max(max_t, ts);
-      sum_t += ts;
+      if (!timed) {
+        const double ts =
+            StageTimeTerms(plan, static_cast<int>(j), s, facts[j]).total();
+        if (!std::isfinite(ts)) return fail(Infeasibility::kMissingProfile);
+        max_t = std::max(max_t, ts);
+        sum_t += ts;
+      }
 
       // Gradient synchronisation of this stage's layers over every replica
       // of every template (ring all-reduce), experts over their EDP copies.
@@ -498,6 +569,10 @@ double CostModel::Evaluate(const Plan& plan, Infeasibility* why,
                          params_.optimizer_step_bytes_per_param /
                          (catalog_->type(st.gpu_type).hbm_gbps * 1e9);
       worst_opt = std::max(worst_opt, opt);
+    }
+    if (timed) {
+      max_t = work.max_t[j];
+      sum_t = work.sum_t[j];
     }
     const double m = t.max_micro_batches();
     const double pipeline = (m - 1) * max_t + sum_t;

@@ -70,9 +70,15 @@ class CostModel {
   Infeasibility BalanceMicroBatches(Plan& plan) const;
 
   // Iteration time in seconds, or kInfeasible (why in *why when non-null).
-  // Does not allocate; `plan` must be structurally valid (see
-  // ValidatePlan) and balanced.
+  // Allocates only for plans of more than 16 templates; `plan` must be
+  // structurally valid (see ValidatePlan) and balanced.
   double IterationTime(const Plan& plan, Infeasibility* why = nullptr) const;
+
+  // BalanceMicroBatches, then IterationTime when the balance succeeds (its
+  // failure in *why otherwise): the same result, with the placement facts
+  // and stage times both need computed once. What every search prices a
+  // candidate with.
+  double BalanceAndPrice(Plan& plan, Infeasibility* why = nullptr) const;
 
   // Full prediction with breakdown and per-stage memory. FailedPrecondition
   // naming the stage when it does not fit or a profile is missing.
@@ -127,6 +133,16 @@ class CostModel {
                                const StageParams& params) const;
   double Evaluate(const Plan& plan, Infeasibility* why,
                   Prediction* detail) const;
+  struct PlanWork;  // per-template facts and stage times, see cost_model.cc
+  Infeasibility CheckStructure(const Plan& plan) const;
+  // Fills work.facts, and work.max_t / sum_t when `stage_times`
+  // (kMissingProfile when a stage has no profile).
+  Infeasibility PrepareWork(const Plan& plan, bool stage_times,
+                            PlanWork& work) const;
+  Infeasibility BalanceWith(Plan& plan, const PlanWork& work) const;
+  // Evaluate with the work done: stage times reused when work has them.
+  double EvaluateWith(const Plan& plan, const PlanWork& work,
+                      Infeasibility* why, Prediction* detail) const;
 
   const GpuCatalog* catalog_ = nullptr;
   const Cluster* cluster_ = nullptr;

@@ -164,8 +164,7 @@ class HexiScaleSearch {
     if (!PlaceReplicas(t, 1, pool)) return kInfeasible;
     plan.templates[0] = t;
     ++*tracker_.evaluation_counter();
-    if (cm_.BalanceMicroBatches(plan) != Infeasibility::kOk) return kInfeasible;
-    const double time = cm_.IterationTime(plan);
+    const double time = cm_.BalanceAndPrice(plan);
     *out = std::move(plan.templates[0]);
     out->placement.clear();
     return time;

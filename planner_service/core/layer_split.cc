@@ -44,16 +44,18 @@ std::vector<int> LayerCaps(const CostModel& cm, const Plan& plan, int t) {
   const int layers = cm.model().num_layers;
   const int d = plan.templates[t].depth();
   std::vector<int> caps(d);
-  // The memory of a stage reads its own template and only the replica
-  // counts of the others (the data-parallel degree of sharded optimizer
-  // state): copying just that keeps the probe cheap on plans of hundreds of
+  // The memory of a stage reads its own template's stages, replicas and
+  // micro-batch size and only the replica counts of the others (the
+  // data-parallel degree of sharded optimizer state), never a placement:
+  // copying just those keeps the probe cheap on plans of hundreds of
   // replicas (their placements are most of a plan's size).
   Plan probe;
   probe.templates.resize(plan.templates.size());
   for (size_t x = 0; x < plan.templates.size(); ++x)
     probe.templates[x].replicas = plan.templates[x].replicas;
-  probe.templates[t] = plan.templates[t];
   Template& pt = probe.templates[t];
+  pt.stages = plan.templates[t].stages;
+  pt.micro_batch_size = plan.templates[t].micro_batch_size;
   pt.total_micro_batches = pt.replicas * std::max(d, 1) * 4;
   for (int s = 0; s < d; ++s) {
     auto mem_with = [&](int n) {

@@ -97,9 +97,8 @@ bool SearchTracker::OutOfBudget() {
 
 double SearchTracker::PriceAndOffer(Plan& plan, Infeasibility* why) {
   ++evaluations_;
-  Infeasibility reason = cm_.BalanceMicroBatches(plan);
-  double time = kInfeasible;
-  if (reason == Infeasibility::kOk) time = cm_.IterationTime(plan, &reason);
+  Infeasibility reason = Infeasibility::kOk;
+  const double time = cm_.BalanceAndPrice(plan, &reason);
   if (why) *why = reason;
   Offer(plan, time);
   return time;

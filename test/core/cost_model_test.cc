@@ -2,9 +2,15 @@
 #include "planner_service/core/cost_model.h"
 
 #include <cmath>
+#include <random>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner_service/core/layer_split.h"
+#include "planner_service/core/node_pool.h"
 #include "planner_service/core/plan_validation.h"
 #include "test/core/toy_fixture.h"
 
@@ -238,6 +244,87 @@ TEST_F(CostModelTest, MissingProfileIsOutsideTheSearchSpace) {
   EXPECT_FALSE(cm.Supports(kFast, 4, 1));  // no TP-4 entries
   EXPECT_FALSE(cm.Supports(kFast, 1, 8));  // no micro-batch 8 entries
   EXPECT_FALSE(cm.Supports(kFast, 3, 1));  // not a power of two
+}
+
+}  // namespace
+}  // namespace arachne
+
+namespace arachne {
+namespace {
+
+// Property: BalanceAndPrice is BalanceMicroBatches then IterationTime, bit
+// for bit, with the same reason when infeasible and the same micro-batch
+// counts, over random plans of one to three templates on random clusters
+// (OOM, missing profiles and batches that do not split among them).
+TEST_F(CostModelTest, BalanceAndPriceIsBalanceThenIterationTime) {
+  // Activations 4x the toy's in half the trials, so some plans run out of
+  // memory.
+  ProfileStore heavy;
+  for (const ProfileEntry* e : profiles_.Entries()) {
+    ProfileEntry copy = *e;
+    if (copy.key.kind == LayerKind::kDense) copy.activation_bytes *= 4;
+    ASSERT_TRUE(heavy.Add(copy).ok());
+  }
+  std::mt19937 rng(11);
+  int priced = 0, infeasible = 0, multi = 0;
+  std::set<Infeasibility> reasons;
+  for (int trial = 0; trial < 1000; ++trial) {
+    std::vector<std::pair<int, int>> nodes;
+    for (int i = 0, n = 2 + rng() % 7; i < n; ++i) {
+      static constexpr int kSizes[] = {1, 2, 4};
+      nodes.push_back({static_cast<int>(rng() % 2), kSizes[rng() % 3]});
+    }
+    const Cluster cluster = MakeCluster(catalog_, nodes);
+    TrainingConfig training = testing::ToyTraining();
+    training.global_batch = 4 << (rng() % 4);
+    training.distributed_optimizer = rng() % 2;
+    auto created = CostModel::Create(catalog_, testing::ToyModel(), training,
+                                     cluster, rng() % 2 ? heavy : profiles_);
+    ASSERT_TRUE(created.ok()) << created.status();
+    const CostModel& cm = *created;
+    NodePool pool(cluster);
+    Plan plan;
+    for (int k = 0, templates = 1 + rng() % 3; k < templates; ++k) {
+      Template t;
+      t.stages.resize(1 + rng() % 3);
+      for (Stage& st : t.stages) {
+        st.gpu_type = static_cast<int>(rng() % 2);
+        st.tp = 1 << (rng() % 3);
+      }
+      t.micro_batch_size = 1 << (rng() % 4);
+      t.replicas = 0;
+      for (int r = 0, cap = 1 + rng() % 2; r < cap; ++r)
+        if (pool.PlaceReplica(t.stages, &t.placement)) ++t.replicas;
+      if (t.replicas == 0) break;
+      ApplySplit(t, EvenSplit(4, t.depth()));
+      plan.templates.push_back(std::move(t));
+    }
+    if (plan.templates.empty()) continue;
+    Plan a = plan, b = plan;
+    Infeasibility why_a = cm.BalanceMicroBatches(a);
+    double time_a = kInfeasible;
+    if (why_a == Infeasibility::kOk) time_a = cm.IterationTime(a, &why_a);
+    Infeasibility why_b = Infeasibility::kOk;
+    const double time_b = cm.BalanceAndPrice(b, &why_b);
+    EXPECT_EQ(time_a, time_b) << "trial " << trial;
+    EXPECT_EQ(why_a, why_b) << "trial " << trial;
+    for (size_t j = 0; j < a.templates.size(); ++j) {
+      EXPECT_EQ(a.templates[j].total_micro_batches,
+                b.templates[j].total_micro_batches)
+          << "trial " << trial << " template " << j;
+    }
+    std::isfinite(time_b) ? ++priced : ++infeasible;
+    reasons.insert(why_b);
+    multi += plan.templates.size() > 1;
+  }
+  // Both outcomes and multi-template plans are covered.
+  EXPECT_GT(priced, 150);
+  EXPECT_GT(infeasible, 150);
+  EXPECT_GT(multi, 150);
+  EXPECT_THAT(reasons, ::testing::IsSupersetOf(
+                           {Infeasibility::kOk, Infeasibility::kMissingProfile,
+                            Infeasibility::kOutOfMemory,
+                            Infeasibility::kBadBatch}));
 }
 
 }  // namespace
