@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+
 namespace arachne {
 
 // Expert tiling of a MoE stage: ep * etp * edp = GPUs of the stage over all
@@ -27,10 +29,13 @@ struct Stage {
   int num_layers() const { return layer_end - layer_begin; }
 };
 
-// The GPUs of one TP group: `tp` local GPU indices on one node.
+// The GPUs of one TP group: `tp` local GPU indices on one node. Inline up
+// to 8 (the largest node of every shipped cluster): searches copy plans of
+// hundreds of TP groups, and a heap block per group made the copies most of
+// their cost.
 struct StagePlacement {
   int node = -1;  // cluster node index
-  std::vector<int> gpus;
+  absl::InlinedVector<int, 8> gpus;
 };
 
 struct Template {
