@@ -13,6 +13,12 @@ namespace {
 // outputs: the inner loop runs over contiguous outputs, independent lanes
 // the compiler vectorises. Zero inputs (many state features, ReLU outputs)
 // are skipped.
+// Compiled for AVX2 as well as the baseline, chosen at load time by the
+// CPU (GCC function multi-versioning): twice the lanes on the machines that
+// have it. The clone has no FMA (a separate ISA flag), so each output sums
+// the same products in the same order and the logits are the same bits on
+// every machine.
+__attribute__((target_clones("avx2", "default")))
 void AddRows(const InferenceLayer& layer, int first, int count,
              const float* __restrict x, float* __restrict y) {
   const int out = layer.out;
