@@ -59,14 +59,16 @@ std::vector<int> AutoFill::ReplicaCaps(const NodePool& pool,
   return caps;
 }
 
-double AutoFill::Price(Plan& plan, int64_t* evaluations) const {
+double AutoFill::Price(Plan& plan, int64_t* evaluations,
+                       CostModel::PricingScratch* scratch) const {
   if (evaluations) ++*evaluations;
-  return cm_.BalanceAndPrice(plan);
+  return cm_.BalanceAndPrice(plan, nullptr, scratch);
 }
 
 double AutoFill::PickExpertTilings(Plan& plan, int template_index,
                                    TilingOptions& options,
-                                   int64_t* evaluations) const {
+                                   int64_t* evaluations,
+                                   CostModel::PricingScratch* scratch) const {
   Template& t = plan.templates[template_index];
   const ModelSpec& model = cm_.model();
   options.assign(t.depth(), {});
@@ -106,13 +108,14 @@ double AutoFill::PickExpertTilings(Plan& plan, int template_index,
     }
     st.tiling = best;
   }
-  return Price(plan, evaluations);
+  return Price(plan, evaluations, scratch);
 }
 
 double AutoFill::ReselectExpertTilings(Plan& plan, int template_index,
                                        const TilingOptions& options,
                                        double time,
-                                       int64_t* evaluations) const {
+                                       int64_t* evaluations,
+                                       CostModel::PricingScratch* scratch) const {
   Template& t = plan.templates[template_index];
   double best = time;
   for (int s = 0; s < t.depth(); ++s) {
@@ -121,7 +124,7 @@ double AutoFill::ReselectExpertTilings(Plan& plan, int template_index,
     for (const ExpertTiling& x : options[s]) {
       if (x == keep) continue;
       t.stages[s].tiling = x;
-      const double candidate = Price(plan, evaluations);
+      const double candidate = Price(plan, evaluations, scratch);
       if (candidate < best) {
         best = candidate;
         keep = x;
@@ -129,7 +132,7 @@ double AutoFill::ReselectExpertTilings(Plan& plan, int template_index,
     }
     t.stages[s].tiling = keep;
   }
-  if (std::isfinite(best)) Price(plan, nullptr);  // restore the balance
+  if (std::isfinite(best)) Price(plan, nullptr, scratch);  // restore the balance
   return best;
 }
 
@@ -184,6 +187,9 @@ absl::StatusOr<FillResult> AutoFill::Extend(
   for (Stage& st : plan.templates[idx].stages) {
     st.tiling = ExpertTiling{1, 1, st.tp * replicas};
   }
+  // Every candidate below has these placements: their facts are computed
+  // once.
+  CostModel::PricingScratch scratch;
 
   // MoE candidates whose stage-wise tilings priced finite, re-selected
   // after the loop (see kTilingReselectMargin); those that did not are
@@ -213,9 +219,9 @@ absl::StatusOr<FillResult> AutoFill::Extend(
       double time;
       if (!model.is_moe()) {
         for (Stage& st : plan.templates[idx].stages) st.tiling = ExpertTiling{};
-        time = Price(plan, evaluations);
+        time = Price(plan, evaluations, &scratch);
       } else {
-        time = PickExpertTilings(plan, idx, options, evaluations);
+        time = PickExpertTilings(plan, idx, options, evaluations, &scratch);
         if (std::isfinite(time)) {
           Deferred d{time, mbs, split, {}, options};
           for (const Stage& st : plan.templates[idx].stages)
@@ -228,11 +234,12 @@ absl::StatusOr<FillResult> AutoFill::Extend(
         // unless some stage has no tiling that fits at all.
         if (std::none_of(options.begin(), options.end(),
                          [](const auto& o) { return o.empty(); }))
-          time = ReselectExpertTilings(plan, idx, options, time, evaluations);
+          time = ReselectExpertTilings(plan, idx, options, time, evaluations,
+                                       &scratch);
       }
       if (!std::isfinite(time)) {
         Infeasibility why = Infeasibility::kOk;
-        cm_.BalanceAndPrice(plan, &why);
+        cm_.BalanceAndPrice(plan, &why, &scratch);
         if (why != Infeasibility::kOutOfMemory) fits_at_mbs = true;
         continue;
       }
@@ -262,8 +269,8 @@ absl::StatusOr<FillResult> AutoFill::Extend(
     ApplySplit(candidate, d.split);
     for (int s = 0; s < candidate.depth(); ++s)
       candidate.stages[s].tiling = d.tilings[s];
-    const double time =
-        ReselectExpertTilings(plan, idx, d.options, d.time, evaluations);
+    const double time = ReselectExpertTilings(plan, idx, d.options, d.time,
+                                              evaluations, &scratch);
     if (time < best_time) {
       best_time = time;
       best_plan = plan;

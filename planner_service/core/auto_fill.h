@@ -93,16 +93,19 @@ class AutoFill {
   // every list is empty when the batch does not balance) and prices the
   // plan.
   double PickExpertTilings(Plan& plan, int template_index,
-                           TilingOptions& options,
-                           int64_t* evaluations) const;
+                           TilingOptions& options, int64_t* evaluations,
+                           CostModel::PricingScratch* scratch) const;
   // Re-selects each stage's tiling among `options` against the whole
   // iteration (gradient sync and memory differ between tilings of the
   // same stage time), from the plan priced at `time`. Returns the time.
   double ReselectExpertTilings(Plan& plan, int template_index,
                                const TilingOptions& options, double time,
-                               int64_t* evaluations) const;
-  // Balances the batch and prices the plan.
-  double Price(Plan& plan, int64_t* evaluations) const;
+                               int64_t* evaluations,
+                               CostModel::PricingScratch* scratch) const;
+  // Balances the batch and prices the plan (`scratch`: see
+  // CostModel::PricingScratch).
+  double Price(Plan& plan, int64_t* evaluations,
+               CostModel::PricingScratch* scratch) const;
 
   const CostModel& cm_;
   double tiling_reselect_margin_;

@@ -15,23 +15,7 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-constexpr int kMaxDepth = 128;
-
 }  // namespace
-
-// Facts about one template's placement that several terms need; computed in
-// one pass over the placement so pricing stays linear in its size.
-struct CostModel::PlacementFacts {
-  // Lowest per-GPU NIC share (GB/s) over the nodes of each stage.
-  std::array<double, kMaxDepth> stage_min_share;
-  // Bandwidth (GB/s) of the slowest link from stage s to s+1 over replicas.
-  std::array<double, kMaxDepth> boundary_gbps;
-  // Whether all replicas of stage s sit on one node.
-  std::array<bool, kMaxDepth> stage_single_node;
-  double min_share = kInfeasible;
-  // The node every stage of every replica sits on, -1 when more than one.
-  int only_node = -1;
-};
 
 // Per-template work the balance and the pricing share: placement facts
 // (linear in the placement) and each template's slowest stage and sum of
@@ -190,10 +174,18 @@ CostModel::PlacementFacts CostModel::FactsOf(const Template& t) const {
 }
 
 Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
-                                     PlanWork& work) const {
+                                     PlanWork& work,
+                                     PricingScratch* scratch) const {
   const int n = static_cast<int>(plan.templates.size());
   work.facts.resize(n);
-  for (int j = 0; j < n; ++j) work.facts[j] = FactsOf(plan.templates[j]);
+  if (scratch != nullptr && static_cast<int>(scratch->facts_.size()) == n) {
+    std::copy(scratch->facts_.begin(), scratch->facts_.end(),
+              work.facts.begin());
+  } else {
+    for (int j = 0; j < n; ++j) work.facts[j] = FactsOf(plan.templates[j]);
+    if (scratch != nullptr)
+      scratch->facts_.assign(work.facts.begin(), work.facts.end());
+  }
   if (!stage_times) return Infeasibility::kOk;
   work.max_t.assign(n, 0.0);
   work.sum_t.assign(n, 0.0);
@@ -441,7 +433,7 @@ Infeasibility CostModel::BalanceWith(Plan& plan, const PlanWork& work) const {
 Infeasibility CostModel::CheckStructure(const Plan& plan) const {
   if (plan.templates.empty()) return Infeasibility::kBadStructure;
   for (const Template& t : plan.templates) {
-    if (t.depth() == 0 || t.depth() > kMaxDepth || t.replicas <= 0)
+    if (t.depth() == 0 || t.depth() > kMaxPricedDepth || t.replicas <= 0)
       return Infeasibility::kBadStructure;
   }
   return Infeasibility::kOk;
@@ -458,7 +450,8 @@ double CostModel::Evaluate(const Plan& plan, Infeasibility* why,
   return EvaluateWith(plan, work, why, detail);
 }
 
-double CostModel::BalanceAndPrice(Plan& plan, Infeasibility* why) const {
+double CostModel::BalanceAndPrice(Plan& plan, Infeasibility* why,
+                                  PricingScratch* scratch) const {
   auto fail = [&](Infeasibility w) {
     if (why) *why = w;
     return kInfeasible;
@@ -472,9 +465,10 @@ double CostModel::BalanceAndPrice(Plan& plan, Infeasibility* why) const {
     // IterationTime.
     if (Infeasibility w = BalanceMicroBatches(plan); w != Infeasibility::kOk)
       return fail(w);
-    PrepareWork(plan, /*stage_times=*/false, work);
+    PrepareWork(plan, /*stage_times=*/false, work, scratch);
   } else {
-    if (Infeasibility w = PrepareWork(plan, /*stage_times=*/true, work);
+    if (Infeasibility w =
+            PrepareWork(plan, /*stage_times=*/true, work, scratch);
         w != Infeasibility::kOk)
       return fail(w);
     if (Infeasibility w = BalanceWith(plan, work); w != Infeasibility::kOk)

@@ -29,6 +29,8 @@ namespace arachne {
 inline constexpr int kMaxTpLog2 = 4;    // TP degrees 1..16
 inline constexpr int kMaxMbsLog2 = 7;   // micro-batch sizes 1..128
 inline constexpr double kInfeasible = std::numeric_limits<double>::infinity();
+// Deepest pipeline the cost model prices (kBadStructure beyond).
+inline constexpr int kMaxPricedDepth = 128;
 
 // Power-of-two index: 1 -> 0, 2 -> 1, 4 -> 2; -1 when not a power of two.
 int Log2Exact(int v);
@@ -74,11 +76,39 @@ class CostModel {
   // structurally valid (see ValidatePlan) and balanced.
   double IterationTime(const Plan& plan, Infeasibility* why = nullptr) const;
 
+  // Facts about one template's placement that several terms need; computed
+  // in one pass over the placement so pricing stays linear in its size.
+  struct PlacementFacts {
+    // Lowest per-GPU NIC share (GB/s) over the nodes of each stage.
+    std::array<double, kMaxPricedDepth> stage_min_share;
+    // Bandwidth (GB/s) of the slowest link from stage s to s+1 over
+    // replicas.
+    std::array<double, kMaxPricedDepth> boundary_gbps;
+    // Whether all replicas of stage s sit on one node.
+    std::array<bool, kMaxPricedDepth> stage_single_node;
+    double min_share = kInfeasible;
+    // The node every stage of every replica sits on, -1 when more than one.
+    int only_node = -1;
+  };
+
+  // What BalanceAndPrice can keep between the candidates of one fill: the
+  // placement facts of the plan's templates. Valid only while no template
+  // is added or removed and no placement, GPU type or TP changes (the
+  // candidates auto-fill prices for one template differ only in micro-batch
+  // size, layer split and expert tilings); a new fill takes a new one.
+  class PricingScratch {
+   private:
+    friend class CostModel;
+    std::vector<PlacementFacts> facts_;
+  };
+
   // BalanceMicroBatches, then IterationTime when the balance succeeds (its
   // failure in *why otherwise): the same result, with the placement facts
-  // and stage times both need computed once. What every search prices a
-  // candidate with.
-  double BalanceAndPrice(Plan& plan, Infeasibility* why = nullptr) const;
+  // and stage times both need computed once, and the facts taken from
+  // `scratch` when it has them (see PricingScratch). What every search
+  // prices a candidate with.
+  double BalanceAndPrice(Plan& plan, Infeasibility* why = nullptr,
+                         PricingScratch* scratch = nullptr) const;
 
   // Full prediction with breakdown and per-stage memory. FailedPrecondition
   // naming the stage when it does not fit or a profile is missing.
@@ -115,7 +145,6 @@ class CostModel {
     double compute_s = 0, tp_comm_s = 0, p2p_s = 0, all_to_all_s = 0;
     double total() const { return compute_s + tp_comm_s + p2p_s + all_to_all_s; }
   };
-  struct PlacementFacts;  // per-template link facts, see cost_model.cc
 
   CostModel() = default;
   int CellIndex(int gpu_type, int tp_log2, int mbs_log2) const;
@@ -138,7 +167,8 @@ class CostModel {
   // Fills work.facts, and work.max_t / sum_t when `stage_times`
   // (kMissingProfile when a stage has no profile).
   Infeasibility PrepareWork(const Plan& plan, bool stage_times,
-                            PlanWork& work) const;
+                            PlanWork& work,
+                            PricingScratch* scratch = nullptr) const;
   Infeasibility BalanceWith(Plan& plan, const PlanWork& work) const;
   // Evaluate with the work done: stage times reused when work has them.
   double EvaluateWith(const Plan& plan, const PlanWork& work,

@@ -255,7 +255,8 @@ namespace {
 // Property: BalanceAndPrice is BalanceMicroBatches then IterationTime, bit
 // for bit, with the same reason when infeasible and the same micro-batch
 // counts, over random plans of one to three templates on random clusters
-// (OOM, missing profiles and batches that do not split among them).
+// (OOM, missing profiles and batches that do not split among them); with a
+// PricingScratch reused across candidates too.
 TEST_F(CostModelTest, BalanceAndPriceIsBalanceThenIterationTime) {
   // Activations 4x the toy's in half the trials, so some plans run out of
   // memory.
@@ -312,6 +313,27 @@ TEST_F(CostModelTest, BalanceAndPriceIsBalanceThenIterationTime) {
       EXPECT_EQ(a.templates[j].total_micro_batches,
                 b.templates[j].total_micro_batches)
           << "trial " << trial << " template " << j;
+    }
+    // A scratch kept across candidates that differ in the last template's
+    // micro-batch size and split (auto-fill's) changes nothing either.
+    CostModel::PricingScratch scratch;
+    for (int mbs : {1, 2, 4, 8}) {
+      for (int split = 0; split < 2; ++split) {
+        Plan c = plan;
+        Template& last = c.templates.back();
+        last.micro_batch_size = mbs;
+        if (split == 1) {
+          std::vector<int> uneven(last.depth(), 1);
+          uneven.back() = 4 - (last.depth() - 1);
+          ApplySplit(last, uneven);
+        }
+        Plan d = c;
+        Infeasibility why_c = Infeasibility::kOk, why_d = Infeasibility::kOk;
+        EXPECT_EQ(cm.BalanceAndPrice(c, &why_c),
+                  cm.BalanceAndPrice(d, &why_d, &scratch))
+            << "trial " << trial << " mbs " << mbs << " split " << split;
+        EXPECT_EQ(why_c, why_d) << "trial " << trial << " mbs " << mbs;
+      }
     }
     std::isfinite(time_b) ? ++priced : ++infeasible;
     reasons.insert(why_b);
