@@ -10,8 +10,10 @@ namespace arachne {
 NodePool::NodePool(const Cluster& cluster) : cluster_(&cluster) {
   int max_type = 0;
   for (const Node& n : cluster.nodes()) max_type = std::max(max_type, n.gpu_type + 1);
+  auto layout = std::make_shared<Layout>();
+  layout->nodes_by_type.resize(max_type);
+  layout->largest_node.assign(max_type, 0);
   free_by_type_.assign(max_type, 0);
-  nodes_by_type_.resize(max_type);
   for (int i = 0; i < cluster.num_nodes(); ++i) {
     const Node& n = cluster.node(i);
     CHECK_LE(n.num_gpus, kMaxGpusPerNode) << "Cluster::Create bounds node size";
@@ -19,9 +21,28 @@ NodePool::NodePool(const Cluster& cluster) : cluster_(&cluster) {
                                           : (uint64_t{1} << n.num_gpus) - 1);
     free_count_.push_back(n.num_gpus);
     free_by_type_[n.gpu_type] += n.num_gpus;
-    nodes_by_type_[n.gpu_type].push_back(i);
+    layout->nodes_by_type[n.gpu_type].push_back(i);
+    layout->largest_node[n.gpu_type] =
+        std::max(layout->largest_node[n.gpu_type], n.num_gpus);
     total_free_ += n.num_gpus;
   }
+  int offset = 0;
+  for (int t = 0; t < max_type; ++t) {
+    layout->histogram_offset.push_back(offset);
+    offset += layout->largest_node[t] + 1;
+  }
+  free_histogram_.assign(offset, 0);
+  for (int i = 0; i < cluster.num_nodes(); ++i) {
+    const Node& n = cluster.node(i);
+    ++free_histogram_[layout->histogram_offset[n.gpu_type] + n.num_gpus];
+  }
+  layout_ = std::move(layout);
+}
+
+void NodePool::Refile(int node, int from, int to) {
+  const int offset = layout_->histogram_offset[cluster_->node(node).gpu_type];
+  --free_histogram_[offset + from];
+  ++free_histogram_[offset + to];
 }
 
 absl::Status NodePool::Take(const Plan& plan) {
@@ -51,6 +72,7 @@ absl::Status NodePool::Take(const Plan& plan) {
               cluster_->node(p.node).name, "\" is used twice"));
         }
         free_mask_[p.node] &= ~bit;
+        Refile(p.node, free_count_[p.node], free_count_[p.node] - 1);
         --free_count_[p.node];
         --free_by_type_[cluster_->node(p.node).gpu_type];
         --total_free_;
@@ -61,6 +83,7 @@ absl::Status NodePool::Take(const Plan& plan) {
 }
 
 void NodePool::Withhold(int node) {
+  Refile(node, free_count_[node], 0);
   free_by_type_[cluster_->node(node).gpu_type] -= free_count_[node];
   total_free_ -= free_count_[node];
   free_count_[node] = 0;
@@ -68,28 +91,32 @@ void NodePool::Withhold(int node) {
 }
 
 int NodePool::LargestFreeOfType(int gpu_type) const {
-  int best = 0;
-  if (gpu_type < 0 || gpu_type >= static_cast<int>(nodes_by_type_.size()))
+  if (gpu_type < 0 || gpu_type >= static_cast<int>(free_by_type_.size()))
     return 0;
-  for (int n : nodes_by_type_[gpu_type]) best = std::max(best, free_count_[n]);
-  return best;
+  const int* histogram =
+      free_histogram_.data() + layout_->histogram_offset[gpu_type];
+  for (int f = layout_->largest_node[gpu_type]; f > 0; --f)
+    if (histogram[f] > 0) return f;
+  return 0;
 }
 
 int NodePool::ChooseNode(int gpu_type, int tp, int previous_node) const {
-  if (gpu_type < 0 || gpu_type >= static_cast<int>(nodes_by_type_.size()))
+  if (gpu_type < 0 || gpu_type >= static_cast<int>(free_by_type_.size()))
     return -1;
   if (previous_node >= 0 && cluster_->node(previous_node).gpu_type == gpu_type &&
       free_count_[previous_node] >= tp) {
     return previous_node;
   }
-  int best = -1;
-  for (int n : nodes_by_type_[gpu_type]) {
-    const int f = free_count_[n];
-    if (f < tp) continue;
-    if (f == tp) return n;  // exact fit first
-    if (best < 0 || f < free_count_[best]) best = n;
-  }
-  return best;
+  // An exact fit first, else the node with the fewest free GPUs that holds
+  // the stage; the first such node in cluster order.
+  const int* histogram =
+      free_histogram_.data() + layout_->histogram_offset[gpu_type];
+  int fit = tp;
+  while (fit <= layout_->largest_node[gpu_type] && histogram[fit] == 0) ++fit;
+  if (fit > layout_->largest_node[gpu_type]) return -1;
+  for (int n : layout_->nodes_by_type[gpu_type])
+    if (free_count_[n] == fit) return n;
+  LOG(FATAL) << "free histogram out of step with the nodes";
 }
 
 void NodePool::TakeGpus(int node, int count, StagePlacement* out) {
@@ -102,6 +129,7 @@ void NodePool::TakeGpus(int node, int count, StagePlacement* out) {
     out->gpus.push_back(g);
   }
   free_mask_[node] = mask;
+  Refile(node, free_count_[node], free_count_[node] - count);
   free_count_[node] -= count;
   free_by_type_[cluster_->node(node).gpu_type] -= count;
   total_free_ -= count;
@@ -110,6 +138,7 @@ void NodePool::TakeGpus(int node, int count, StagePlacement* out) {
 void NodePool::GiveBackGpus(const StagePlacement& placed) {
   for (int g : placed.gpus) free_mask_[placed.node] |= uint64_t{1} << g;
   const int count = static_cast<int>(placed.gpus.size());
+  Refile(placed.node, free_count_[placed.node], free_count_[placed.node] + count);
   free_count_[placed.node] += count;
   free_by_type_[cluster_->node(placed.node).gpu_type] += count;
   total_free_ += count;

@@ -7,6 +7,7 @@
 #define ARACHNE_PLANNER_SERVICE_CORE_NODE_POOL_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -47,7 +48,12 @@ class NodePool {
   // (a planner confined to part of the cluster withholds the rest).
   void Withhold(int node);
 
-  int FreeOfType(int gpu_type) const { return free_by_type_[gpu_type]; }
+  // 0 for a type the cluster does not have.
+  int FreeOfType(int gpu_type) const {
+    return gpu_type >= 0 && gpu_type < static_cast<int>(free_by_type_.size())
+               ? free_by_type_[gpu_type]
+               : 0;
+  }
   int FreeOnNode(int node) const { return free_count_[node]; }
   int TotalFree() const { return total_free_; }
   // Largest free block on one node of `gpu_type`.
@@ -59,11 +65,27 @@ class NodePool {
   // Frees the GPUs TakeGpus took for `placed`.
   void GiveBackGpus(const StagePlacement& placed);
 
+  // Moves `node` from the nodes with `from` free GPUs to those with `to`.
+  void Refile(int node, int from, int to);
+
+  // What depends only on the cluster, shared by every copy of a pool
+  // (searches copy pools per template they fill).
+  struct Layout {
+    std::vector<std::vector<int>> nodes_by_type;
+    // free_histogram_[histogram_offset[t] + f]: nodes of type t with f free
+    // GPUs, f in [0, largest node of type t].
+    std::vector<int> histogram_offset;
+    std::vector<int> largest_node;
+  };
+
   const Cluster* cluster_;
+  std::shared_ptr<const Layout> layout_;
   std::vector<uint64_t> free_mask_;  // bit i: local GPU i is free
   std::vector<int> free_count_;
   std::vector<int> free_by_type_;
-  std::vector<std::vector<int>> nodes_by_type_;
+  // How many nodes of each type have each free count: the largest free
+  // node and the best-fitting one without a scan of every node.
+  std::vector<int> free_histogram_;
   int total_free_ = 0;
 };
 
