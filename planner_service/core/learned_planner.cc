@@ -137,6 +137,12 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
           "learned planner: ", field, " must be >= 0, got ", value));
     }
   }
+  // Below 1 every kick slower than the best would go undescended; NaN none.
+  if (!(config_.perturbation_cutoff >= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("learned planner: perturbation_cutoff must be >= 1, got ",
+                     config_.perturbation_cutoff));
+  }
   PolicyModelFactory factory = factory_;
   if (!factory) {
     absl::MutexLock lock(&factory_mu);
@@ -433,8 +439,9 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
 
   // Iterated local search from the best refined episode while the budget
   // lasts: a kick of two random structural moves, a descent from there,
-  // kept when faster; perturbation_rounds kicks in a row without a gain
-  // end it (small clusters finish early).
+  // kept when faster; perturbation_rounds descents in a row without a gain
+  // end it (small clusters finish early). A kick far slower than the best
+  // is not descended (see LearnedPlannerConfig::perturbation_cutoff).
   if (config_.perturbation_rounds > 0 && config_.refinement_passes > 0 &&
       !elite.empty()) {
     const Episode* start = &elite.front();
@@ -442,8 +449,12 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
       if (e.iteration_time_s < start->iteration_time_s) start = &e;
     std::vector<int> best = start->actions;
     double best_time = start->iteration_time_s;
-    for (int stale = 0;
-         stale < config_.perturbation_rounds && !tracker.OutOfBudget();) {
+    // Kicks not descended count too, 8 to a round, so a search whose every
+    // kick lands far off still ends.
+    int skipped = 0;
+    for (int stale = 0; stale < config_.perturbation_rounds &&
+                        skipped < 8 * config_.perturbation_rounds &&
+                        !tracker.OutOfBudget();) {
       std::vector<TemplateActions> kicked = ReadTemplates(best);
       for (int kick = 0; kick < 2; ++kick) {
         std::vector<std::vector<TemplateActions>> n =
@@ -452,8 +463,12 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
         kicked = std::move(n[rng() % n.size()]);
       }
       play({}, Pick::kGreedy, WriteTemplates(kicked));
+      if (env->plan().templates.empty() ||
+          env->iteration_time_s() > best_time * config_.perturbation_cutoff) {
+        ++skipped;
+        continue;
+      }
       ++stale;
-      if (env->plan().templates.empty()) continue;
       std::vector<int> current = taken;
       double current_time = env->iteration_time_s();
       descend(current, current_time);

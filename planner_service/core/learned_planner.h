@@ -147,6 +147,16 @@ struct LearnedPlannerConfig {
   // disables. On the bench suite 32 meets both quality bars on 43 of 50
   // compositions against 40 without (docs/learned-policy.md, Inference).
   int perturbation_rounds = 32;
+  // A kicked episode slower than this multiple of the best is not
+  // descended (nor counted as a round): on 400+ GPUs a descent takes
+  // 50-90 ms, so the ILS got 4-9 of them in its time, and in the LS5
+  // traces none from a kick 1.5-5x off the best led to a gain. On
+  // Figure 7(c)'s LS5 (416 GPUs), seeds 1-6: 0.993-1.041 of the best
+  // baseline, 5 of 6 seeds at the bar, against 4 of 6 descending every
+  // kick; on the whole suite both bars on 50 of 50 compositions in seeds
+  // 1-3 either way, geomean 1.043 of the best baseline either way
+  // (docs/learned-policy.md). Infinity descends every kick.
+  double perturbation_cutoff = 1.3;
 };
 
 class LearnedPlanner : public Planner {
@@ -173,7 +183,7 @@ class LearnedPlanner : public Planner {
   // nothing profiled), InvalidArgument for sampled_rollouts < 0, and
   // SearchTracker::Finish's FailedPrecondition when no rollout found a plan.
   // InvalidArgument too for refined_episodes, refinement_passes or
-  // perturbation_rounds < 0.
+  // perturbation_rounds < 0, and perturbation_cutoff < 1 or NaN.
   absl::StatusOr<PlanResult> Run(const CostModel& cost_model,
                                  const PlannerOptions& options) override;
 

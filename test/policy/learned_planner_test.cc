@@ -4,6 +4,7 @@
 #include "planner_service/core/learned_planner.h"
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <tuple>
@@ -419,7 +420,7 @@ TEST_F(ShippedPolicyTest, EachRefinementStageFindsAFasterPlan) {
   EXPECT_GT(iterated, 1.02 * rollouts);
 }
 
-TEST(LearnedPlannerTest, RejectsNegativeRefinementSettings) {
+TEST(LearnedPlannerTest, RejectsOutOfRangeRefinementSettings) {
   testing::ToyComposition toy;
   for (const auto& [config, field] :
        std::vector<std::pair<LearnedPlannerConfig, std::string>>{
@@ -430,7 +431,11 @@ TEST(LearnedPlannerTest, RejectsNegativeRefinementSettings) {
            {{.exploration_interval = -4},
             "exploration_interval must be >= 0, got -4"},
            {{.exploration_elites = -5},
-            "exploration_elites must be >= 0, got -5"}}) {
+            "exploration_elites must be >= 0, got -5"},
+           {{.perturbation_cutoff = 0.5},
+            "perturbation_cutoff must be >= 1, got 0.5"},
+           {{.perturbation_cutoff = std::nan("")},
+            "perturbation_cutoff must be >= 1, got nan"}}) {
     auto r = LearnedPlanner(config, FixedNetwork(1))
                  .Run(toy.cost_model(), Options(1));
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
