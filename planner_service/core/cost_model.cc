@@ -21,8 +21,13 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // (linear in the placement) and each template's slowest stage and sum of
 // stages per micro-batch. Inline for up to 16 templates (every planner but
 // HexiScale, whose one-replica pipelines can number in the hundreds).
+// The facts are read through `facts`: the local arrays (default-initialised,
+// so only the entries of each template's depth are ever written) or a
+// PricingScratch's, never copied.
 struct CostModel::PlanWork {
-  absl::InlinedVector<PlacementFacts, 16> facts;
+  const PlacementFacts* facts = nullptr;
+  std::array<PlacementFacts, 16> inline_facts;
+  std::vector<PlacementFacts> heap_facts;
   absl::InlinedVector<double, 16> max_t, sum_t;
 };
 
@@ -131,11 +136,17 @@ double CostModel::UsableMemoryGib(int gpu_type) const {
 }
 
 CostModel::PlacementFacts CostModel::FactsOf(const Template& t) const {
+  PlacementFacts f;
+  FillFacts(t, f);
+  return f;
+}
+
+void CostModel::FillFacts(const Template& t, PlacementFacts& f) const {
   const Cluster& cluster = *cluster_;
   const GpuCatalog& catalog = *catalog_;
   const std::vector<double>& nic_share = nic_share_;
   const double p2p_nic_eff = params_.nic_efficiency;
-  PlacementFacts f;
+  f.min_share = kInfeasible;
   const int d = t.depth();
   for (int s = 0; s < d; ++s) {
     f.stage_min_share[s] = kInfeasible;
@@ -170,21 +181,25 @@ CostModel::PlacementFacts CostModel::FactsOf(const Template& t) const {
   for (int r = 0; r < t.replicas && f.only_node >= 0; ++r)
     for (int s = 0; s < d; ++s)
       if (t.at(r, s).node != f.only_node) f.only_node = -1;
-  return f;
 }
 
 Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
                                      PlanWork& work,
                                      PricingScratch* scratch) const {
   const int n = static_cast<int>(plan.templates.size());
-  work.facts.resize(n);
   if (scratch != nullptr && static_cast<int>(scratch->facts_.size()) == n) {
-    std::copy(scratch->facts_.begin(), scratch->facts_.end(),
-              work.facts.begin());
+    work.facts = scratch->facts_.data();
   } else {
-    for (int j = 0; j < n; ++j) work.facts[j] = FactsOf(plan.templates[j]);
-    if (scratch != nullptr)
-      scratch->facts_.assign(work.facts.begin(), work.facts.end());
+    PlacementFacts* out = work.inline_facts.data();
+    if (scratch != nullptr) {
+      scratch->facts_.resize(n);
+      out = scratch->facts_.data();
+    } else if (n > static_cast<int>(work.inline_facts.size())) {
+      work.heap_facts.resize(n);
+      out = work.heap_facts.data();
+    }
+    for (int j = 0; j < n; ++j) FillFacts(plan.templates[j], out[j]);
+    work.facts = out;
   }
   if (!stage_times) return Infeasibility::kOk;
   work.max_t.assign(n, 0.0);
@@ -492,7 +507,7 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
   if (samples != training_.global_batch) return fail(Infeasibility::kBadBatch);
 
   // Nodes the whole plan touches: a plan inside one node syncs over NVLink.
-  const auto& facts = work.facts;
+  const PlacementFacts* facts = work.facts;
   const int first_node = plan.templates[0].placement[0].node;
   bool plan_single_node = true;
   double plan_min_share = kInfeasible;

@@ -151,6 +151,8 @@ class CostModel {
   StageTerms StageTimeTerms(const Plan& plan, int t, int s,
                             const PlacementFacts& facts) const;
   PlacementFacts FactsOf(const Template& t) const;
+  // Writes the facts of `t` into `f`, only the entries of its depth.
+  void FillFacts(const Template& t, PlacementFacts& f) const;
   // Parameters one GPU of stage `s` holds: non-expert (layers / tp,
   // embedding, head) and routed-expert (per EP x ETP shard).
   struct StageParams {
