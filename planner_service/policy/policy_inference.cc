@@ -13,12 +13,17 @@ namespace {
 // outputs: the inner loop runs over contiguous outputs, independent lanes
 // the compiler vectorises. Zero inputs (many state features, ReLU outputs)
 // are skipped.
-// Compiled for AVX2 as well as the baseline, chosen at load time by the
-// CPU (GCC function multi-versioning): twice the lanes on the machines that
-// have it. The clone has no FMA (a separate ISA flag), so each output sums
-// the same products in the same order and the logits are the same bits on
-// every machine.
-__attribute__((target_clones("avx2", "default")))
+// Compiled for AVX2 as well as the baseline on x86-64, chosen at load time
+// by the CPU (function multi-versioning): twice the lanes on the machines
+// that have it. The clone has no FMA (a separate ISA flag), so each output
+// sums the same products in the same order and the logits are the same
+// bits on every machine.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ARACHNE_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#else
+#define ARACHNE_AVX2_CLONE
+#endif
+ARACHNE_AVX2_CLONE
 void AddRows(const InferenceLayer& layer, int first, int count,
              const float* __restrict x, float* __restrict y) {
   const int out = layer.out;
