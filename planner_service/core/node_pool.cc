@@ -12,7 +12,6 @@ NodePool::NodePool(const Cluster& cluster) : cluster_(&cluster) {
   for (const Node& n : cluster.nodes()) max_type = std::max(max_type, n.gpu_type + 1);
   auto layout = std::make_shared<Layout>();
   layout->nodes_by_type.resize(max_type);
-  layout->largest_node.assign(max_type, 0);
   free_by_type_.assign(max_type, 0);
   for (int i = 0; i < cluster.num_nodes(); ++i) {
     const Node& n = cluster.node(i);
@@ -22,14 +21,12 @@ NodePool::NodePool(const Cluster& cluster) : cluster_(&cluster) {
     free_count_.push_back(n.num_gpus);
     free_by_type_[n.gpu_type] += n.num_gpus;
     layout->nodes_by_type[n.gpu_type].push_back(i);
-    layout->largest_node[n.gpu_type] =
-        std::max(layout->largest_node[n.gpu_type], n.num_gpus);
     total_free_ += n.num_gpus;
   }
   int offset = 0;
   for (int t = 0; t < max_type; ++t) {
     layout->histogram_offset.push_back(offset);
-    offset += layout->largest_node[t] + 1;
+    offset += cluster.MaxNodeSizeOfType(t) + 1;
   }
   free_histogram_.assign(offset, 0);
   for (int i = 0; i < cluster.num_nodes(); ++i) {
@@ -39,10 +36,15 @@ NodePool::NodePool(const Cluster& cluster) : cluster_(&cluster) {
   layout_ = std::move(layout);
 }
 
-void NodePool::Refile(int node, int from, int to) {
-  const int offset = layout_->histogram_offset[cluster_->node(node).gpu_type];
-  --free_histogram_[offset + from];
-  ++free_histogram_[offset + to];
+void NodePool::SetFreeCount(int node, int count) {
+  const int type = cluster_->node(node).gpu_type;
+  const int offset = layout_->histogram_offset[type];
+  --free_histogram_[offset + free_count_[node]];
+  ++free_histogram_[offset + count];
+  const int delta = count - free_count_[node];
+  free_by_type_[type] += delta;
+  total_free_ += delta;
+  free_count_[node] = count;
 }
 
 absl::Status NodePool::Take(const Plan& plan) {
@@ -72,10 +74,7 @@ absl::Status NodePool::Take(const Plan& plan) {
               cluster_->node(p.node).name, "\" is used twice"));
         }
         free_mask_[p.node] &= ~bit;
-        Refile(p.node, free_count_[p.node], free_count_[p.node] - 1);
-        --free_count_[p.node];
-        --free_by_type_[cluster_->node(p.node).gpu_type];
-        --total_free_;
+        SetFreeCount(p.node, free_count_[p.node] - 1);
       }
     }
   }
@@ -83,10 +82,7 @@ absl::Status NodePool::Take(const Plan& plan) {
 }
 
 void NodePool::Withhold(int node) {
-  Refile(node, free_count_[node], 0);
-  free_by_type_[cluster_->node(node).gpu_type] -= free_count_[node];
-  total_free_ -= free_count_[node];
-  free_count_[node] = 0;
+  SetFreeCount(node, 0);
   free_mask_[node] = 0;
 }
 
@@ -95,7 +91,7 @@ int NodePool::LargestFreeOfType(int gpu_type) const {
     return 0;
   const int* histogram =
       free_histogram_.data() + layout_->histogram_offset[gpu_type];
-  for (int f = layout_->largest_node[gpu_type]; f > 0; --f)
+  for (int f = cluster_->MaxNodeSizeOfType(gpu_type); f > 0; --f)
     if (histogram[f] > 0) return f;
   return 0;
 }
@@ -111,9 +107,10 @@ int NodePool::ChooseNode(int gpu_type, int tp, int previous_node) const {
   // the stage; the first such node in cluster order.
   const int* histogram =
       free_histogram_.data() + layout_->histogram_offset[gpu_type];
+  const int largest = cluster_->MaxNodeSizeOfType(gpu_type);
   int fit = tp;
-  while (fit <= layout_->largest_node[gpu_type] && histogram[fit] == 0) ++fit;
-  if (fit > layout_->largest_node[gpu_type]) return -1;
+  while (fit <= largest && histogram[fit] == 0) ++fit;
+  if (fit > largest) return -1;
   for (int n : layout_->nodes_by_type[gpu_type])
     if (free_count_[n] == fit) return n;
   LOG(FATAL) << "free histogram out of step with the nodes";
@@ -129,19 +126,13 @@ void NodePool::TakeGpus(int node, int count, StagePlacement* out) {
     out->gpus.push_back(g);
   }
   free_mask_[node] = mask;
-  Refile(node, free_count_[node], free_count_[node] - count);
-  free_count_[node] -= count;
-  free_by_type_[cluster_->node(node).gpu_type] -= count;
-  total_free_ -= count;
+  SetFreeCount(node, free_count_[node] - count);
 }
 
 void NodePool::GiveBackGpus(const StagePlacement& placed) {
   for (int g : placed.gpus) free_mask_[placed.node] |= uint64_t{1} << g;
-  const int count = static_cast<int>(placed.gpus.size());
-  Refile(placed.node, free_count_[placed.node], free_count_[placed.node] + count);
-  free_count_[placed.node] += count;
-  free_by_type_[cluster_->node(placed.node).gpu_type] += count;
-  total_free_ += count;
+  SetFreeCount(placed.node, free_count_[placed.node] +
+                                static_cast<int>(placed.gpus.size()));
 }
 
 int NodePool::PlaceStage(int gpu_type, int tp, int previous_node,

@@ -65,17 +65,17 @@ class NodePool {
   // Frees the GPUs TakeGpus took for `placed`.
   void GiveBackGpus(const StagePlacement& placed);
 
-  // Moves `node` from the nodes with `from` free GPUs to those with `to`.
-  void Refile(int node, int from, int to);
+  // Sets `node`'s free GPU count, keeping the per-type counts, the total
+  // and the histogram in step (the free mask is the caller's).
+  void SetFreeCount(int node, int count);
 
   // What depends only on the cluster, shared by every copy of a pool
   // (searches copy pools per template they fill).
   struct Layout {
     std::vector<std::vector<int>> nodes_by_type;
     // free_histogram_[histogram_offset[t] + f]: nodes of type t with f free
-    // GPUs, f in [0, largest node of type t].
+    // GPUs, f in [0, Cluster::MaxNodeSizeOfType(t)].
     std::vector<int> histogram_offset;
-    std::vector<int> largest_node;
   };
 
   const Cluster* cluster_;
