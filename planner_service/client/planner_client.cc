@@ -1,58 +1,16 @@
 #include "planner_service/client/planner_client.h"
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "arachne/v1/planner.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "planner_service/server/proto_convert.h"
+#include "rpc/credentials.h"
+#include "rpc/grpc_status.h"
 
 namespace arachne {
 namespace {
-
-absl::StatusOr<std::string> ReadPem(const std::string& path,
-                                    absl::string_view field) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat(field, ": cannot read \"", path, "\""));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
-    const PlannerClientConfig& config) {
-  if ((config.tls_cert_file.empty()) != (config.tls_key_file.empty())) {
-    return absl::InvalidArgumentError(
-        "tls_cert_file, tls_key_file: give both or neither");
-  }
-  if (config.tls_ca_file.empty()) {
-    if (!config.tls_cert_file.empty()) {
-      return absl::InvalidArgumentError(
-          "tls_ca_file: required with a client certificate");
-    }
-    return grpc::InsecureChannelCredentials();
-  }
-  grpc::SslCredentialsOptions options;
-  absl::StatusOr<std::string> ca = ReadPem(config.tls_ca_file, "tls_ca_file");
-  if (!ca.ok()) return ca.status();
-  options.pem_root_certs = *std::move(ca);
-  if (!config.tls_cert_file.empty()) {
-    absl::StatusOr<std::string> cert =
-        ReadPem(config.tls_cert_file, "tls_cert_file");
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key =
-        ReadPem(config.tls_key_file, "tls_key_file");
-    if (!key.ok()) return key.status();
-    options.pem_cert_chain = *std::move(cert);
-    options.pem_private_key = *std::move(key);
-  }
-  return grpc::SslCredentials(options);
-}
 
 v1::PlannerOptions OptionsToProto(const PlanQuery& q) {
   v1::PlannerOptions o;
@@ -183,12 +141,8 @@ class GrpcPlannerClient final : public PlannerClient {
     }
   }
 
-  // The canonical codes are the same numbers on both sides.
   absl::Status FromGrpc(const grpc::Status& s) const {
-    if (s.ok()) return absl::OkStatus();
-    return absl::Status(
-        static_cast<absl::StatusCode>(s.error_code()),
-        absl::StrCat("server ", config_.address, ": ", s.error_message()));
+    return FromGrpcStatus(s, absl::StrCat("server ", config_.address));
   }
 
   const PlannerClientConfig config_;
@@ -213,7 +167,9 @@ absl::StatusOr<std::unique_ptr<PlannerClient>> MakeGrpcPlannerClient(
     return absl::InvalidArgumentError("address: empty; expected HOST:PORT");
   }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      MakeCredentials(config);
+      MakeChannelCredentials({.ca_file = config.tls_ca_file,
+                              .cert_file = config.tls_cert_file,
+                              .key_file = config.tls_key_file});
   if (!credentials.ok()) return credentials.status();
   return std::make_unique<GrpcPlannerClient>(
       config, grpc::CreateChannel(config.address, *credentials));

@@ -75,6 +75,35 @@ absl::StatusOr<TrainingConfig> ResolveTraining(const TrainingSpec& spec) {
   return t;
 }
 
+absl::StatusOr<ModelSpec> ResolveModelRef(
+    const ModelRef& ref, const std::vector<ModelSpec>& models) {
+  if (!ref.hf_config_json.empty()) {
+    nlohmann::json config = nlohmann::json::parse(ref.hf_config_json, nullptr,
+                                                  /*allow_exceptions=*/false);
+    if (config.is_discarded() || !config.is_object()) {
+      return absl::InvalidArgumentError(
+          "model.hf_config_json: not a JSON object");
+    }
+    const std::string name = ref.name.empty() ? "custom" : ref.name;
+    absl::StatusOr<ModelSpec> m = ModelFromHfConfig(config, name);
+    if (!m.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.hf_config_json: ", m.status().message()));
+    }
+    return m;
+  }
+  // Catalog names only: unlike the CLI's --model, the service never reads a
+  // path on the server's disk.
+  for (const ModelSpec& m : models) {
+    if (absl::EqualsIgnoreCase(m.name, ref.name)) return m;
+  }
+  std::vector<std::string> names;
+  for (const ModelSpec& m : models) names.push_back(m.name);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model.name: unknown model \"", ref.name, "\" (known: ",
+      absl::StrJoin(names, ", "), "; or give model.hf_config_json)"));
+}
+
 absl::StatusOr<std::unique_ptr<PlannerHandlerImpl>> PlannerHandlerImpl::Create(
     const PlannerHandlerConfig& config) {
   if (config.default_budget <= absl::ZeroDuration() ||
@@ -101,31 +130,7 @@ absl::StatusOr<Cluster> PlannerHandlerImpl::ResolveCluster(
 
 absl::StatusOr<ModelSpec> PlannerHandlerImpl::ResolveModel(
     const ModelRef& ref) const {
-  if (!ref.hf_config_json.empty()) {
-    nlohmann::json config = nlohmann::json::parse(ref.hf_config_json, nullptr,
-                                                  /*allow_exceptions=*/false);
-    if (config.is_discarded() || !config.is_object()) {
-      return absl::InvalidArgumentError(
-          "model.hf_config_json: not a JSON object");
-    }
-    const std::string name = ref.name.empty() ? "custom" : ref.name;
-    absl::StatusOr<ModelSpec> m = ModelFromHfConfig(config, name);
-    if (!m.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.hf_config_json: ", m.status().message()));
-    }
-    return m;
-  }
-  // Catalog names only: unlike the CLI's --model, the service never reads a
-  // path on the server's disk.
-  for (const ModelSpec& m : models_) {
-    if (absl::EqualsIgnoreCase(m.name, ref.name)) return m;
-  }
-  std::vector<std::string> names;
-  for (const ModelSpec& m : models_) names.push_back(m.name);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "model.name: unknown model \"", ref.name, "\" (known: ",
-      absl::StrJoin(names, ", "), "; or give model.hf_config_json)"));
+  return ResolveModelRef(ref, models_);
 }
 
 absl::Status PlannerHandlerImpl::CheckPlanOptions(const PlanQuery& q) {

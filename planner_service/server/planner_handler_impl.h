@@ -69,6 +69,15 @@ class PlannerHandlerImpl : public PlannerHandler {
 // InvalidArgument "training.<field>: ..." otherwise.
 absl::StatusOr<TrainingConfig> ResolveTraining(const TrainingSpec& spec);
 
+// The model a request names: the Hugging Face config.json text when given
+// (named ref.name, or "custom"), else the catalog entry named ref.name
+// (case-insensitive). Catalog names only: a service never reads a path on
+// its own disk. InvalidArgument "model.hf_config_json: ..." or "model.name:
+// unknown model \"x\" (known: ...)". Shared by every service that takes a
+// ModelRef (the planner, arachne-agent).
+absl::StatusOr<ModelSpec> ResolveModelRef(const ModelRef& ref,
+                                          const std::vector<ModelSpec>& models);
+
 }  // namespace arachne
 
 #endif  // ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_IMPL_H_

@@ -1,8 +1,5 @@
 #include "planner_service/server/planner_server.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -12,63 +9,7 @@
 
 namespace arachne {
 
-bool IsLoopbackAddress(const std::string& listen) {
-  return absl::StartsWith(listen, "127.") ||
-         absl::StartsWith(listen, "localhost:") ||
-         absl::StartsWith(listen, "[::1]:") ||
-         absl::StartsWith(listen, "unix:") ||
-         absl::StartsWith(listen, "ipv4:127.");
-}
-
 namespace {
-
-absl::StatusOr<std::string> ReadPem(const std::string& path,
-                                    absl::string_view field) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat(field, ": cannot read \"", path, "\""));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (buffer.str().find("-----BEGIN ") == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": \"", path, "\" is not a PEM file"));
-  }
-  return buffer.str();
-}
-
-// Plaintext, or TLS (optionally mutual) from the config's PEM files.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(
-    const ServerTlsConfig& tls) {
-  if (!tls.enabled()) {
-    if (!tls.key_file.empty() || !tls.client_ca_file.empty()) {
-      return absl::InvalidArgumentError(
-          "tls.cert_file: required when tls.key_file or tls.client_ca_file "
-          "is set");
-    }
-    return grpc::InsecureServerCredentials();
-  }
-  if (tls.key_file.empty()) {
-    return absl::InvalidArgumentError(
-        "tls.key_file: required with tls.cert_file");
-  }
-  absl::StatusOr<std::string> cert = ReadPem(tls.cert_file, "tls.cert_file");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem(tls.key_file, "tls.key_file");
-  if (!key.ok()) return key.status();
-  grpc::SslServerCredentialsOptions options;
-  options.pem_key_cert_pairs.push_back({*key, *cert});
-  if (!tls.client_ca_file.empty()) {
-    absl::StatusOr<std::string> ca =
-        ReadPem(tls.client_ca_file, "tls.client_ca_file");
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
-    options.client_certificate_request =
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-  }
-  return grpc::SslServerCredentials(options);
-}
 
 // Removes every builder plugin from one ServerBuilder. Plugins are
 // registered process-wide (InitProtoReflectionServerBuilderPlugin), so
@@ -121,7 +62,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
         "), got ", config.service.max_in_flight));
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeCredentials(config.tls);
+      MakeServerCredentials(config.tls);
   if (!credentials.ok()) return credentials.status();
   if (!IsLoopbackAddress(config.listen) && !config.tls.enabled()) {
     LOG(WARNING) << "listening on " << config.listen

@@ -16,19 +16,9 @@
 #include "grpcpp/grpcpp.h"
 #include "planner_service/server/planner_handler.h"
 #include "planner_service/server/planner_service.h"
+#include "rpc/credentials.h"  // ServerTlsConfig, IsLoopbackAddress
 
 namespace arachne {
-
-// TLS on the listening port, from PEM files. Without a cert the port is
-// plaintext.
-struct ServerTlsConfig {
-  std::string cert_file;  // server certificate chain (PEM)
-  std::string key_file;   // its private key (PEM)
-  // When set: mutual TLS, every client must present a certificate signed by
-  // one of these CAs (PEM), or the handshake fails.
-  std::string client_ca_file;
-  bool enabled() const { return !cert_file.empty(); }
-};
 
 struct PlannerServerConfig {
   // host:port; port 0 picks a free one. A non-loopback address without TLS
@@ -44,10 +34,6 @@ struct PlannerServerConfig {
   // Bearer token (service.bearer_token) and workers are in `service`.
   PlannerServiceConfig service;
 };
-
-// True for addresses only this machine can reach (127.x, localhost, [::1],
-// unix sockets).
-bool IsLoopbackAddress(const std::string& listen);
 
 class PlannerServer {
  public:

@@ -10,15 +10,9 @@
 #include "absl/strings/string_view.h"
 #include "glog/logging.h"
 #include "planner_service/server/proto_convert.h"
+#include "rpc/credentials.h"
 
 namespace arachne {
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  // absl::StatusCode and grpc::StatusCode share the canonical numbering.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
 
 namespace {
 
@@ -201,39 +195,9 @@ PlannerService::Call* PlannerService::Begin(
   return new Call(this, context, method, std::move(id));
 }
 
-namespace {
-
-// Compares in time independent of where the strings differ, so the answer
-// time does not reveal how much of a guessed token was right.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  }
-  return diff == 0;
-}
-
-}  // namespace
-
 absl::Status PlannerService::Authenticate(
     const grpc::CallbackServerContext& context) const {
-  if (config_.bearer_token.empty()) return absl::OkStatus();
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError(
-        "authorization: missing; send the metadata \"authorization: Bearer "
-        "<token>\"");
-  }
-  const absl::string_view value(it->second.data(), it->second.size());
-  constexpr absl::string_view kScheme = "Bearer ";
-  if (!absl::StartsWith(value, kScheme) ||
-      !ConstantTimeEquals(value.substr(kScheme.size()), config_.bearer_token)) {
-    return absl::UnauthenticatedError(
-        "authorization: wrong bearer token (expected \"Bearer <token>\")");
-  }
-  return absl::OkStatus();
+  return CheckBearerToken(context, config_.bearer_token);
 }
 
 grpc::ServerUnaryReactor* PlannerService::RunOnPool(

@@ -27,12 +27,9 @@
 #include "arachne/v1/planner.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "planner_service/server/planner_handler.h"
+#include "rpc/grpc_status.h"  // ToGrpcStatus, the one mapping to the wire
 
 namespace arachne {
-
-// The one mapping from the project's Status to the wire; the canonical codes
-// are the same numbers, messages pass through.
-grpc::Status ToGrpcStatus(const absl::Status& status);
 
 struct PlannerServiceConfig {
   int workers = 4;         // threads running Plan / Evaluate / Replan

@@ -1,15 +1,12 @@
 #include "planner_service/server/server_config.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "planner_service/io/json_yaml.h"
-#include "planner_service/io/message_json.h"
+#include "planner_service/io/config_file.h"
+#include "rpc/credentials.h"
 
 namespace arachne {
 namespace {
@@ -88,15 +85,7 @@ absl::Status CheckServerConfigValues(const v1::ServerConfig& config,
 absl::StatusOr<v1::ServerConfig> ParseServerConfig(absl::string_view text,
                                                    absl::string_view source) {
   v1::ServerConfig config;
-  // A file with nothing but comments (every setting commented out, as an
-  // example may be) means all defaults, not an error.
-  if (absl::StatusOr<nlohmann::json> tree = ParseJsonOrYaml(text, source);
-      tree.ok() && tree->is_null()) {
-    return config;
-  }
-  // Unknown fields, wrong types and out-of-range integers are reported
-  // here, naming the field and the value.
-  if (absl::Status s = ParseMessageText(text, source, &config); !s.ok()) {
+  if (absl::Status s = ParseConfigText(text, source, &config); !s.ok()) {
     return s;
   }
   if (absl::Status s = CheckServerConfigValues(config, source); !s.ok()) {
@@ -106,14 +95,12 @@ absl::StatusOr<v1::ServerConfig> ParseServerConfig(absl::string_view text,
 }
 
 absl::StatusOr<v1::ServerConfig> LoadServerConfigFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("config: cannot read \"", path, "\""));
+  v1::ServerConfig config;
+  if (absl::Status s = LoadConfigFile(path, &config); !s.ok()) return s;
+  if (absl::Status s = CheckServerConfigValues(config, path); !s.ok()) {
+    return s;
   }
-  return ParseServerConfig(buffer.str(), path);
+  return config;
 }
 
 v1::ServerConfig MergeServerConfig(const v1::ServerConfig& file,
@@ -177,20 +164,10 @@ absl::StatusOr<ServerSettings> ResolveServerConfig(
   }
 
   if (config.has_token_file() && !config.token_file().empty()) {
-    std::ifstream in(config.token_file());
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    if (!in) {
-      return absl::NotFoundError(absl::StrCat("token_file: cannot read \"",
-                                              config.token_file(), "\""));
-    }
-    std::string token(absl::StripAsciiWhitespace(buffer.str()));
-    if (token.empty()) {
-      return ValueError("", "token_file",
-                        absl::StrCat("no token in \"", config.token_file(),
-                                     "\" (empty or only whitespace)"));
-    }
-    server.service.bearer_token = std::move(token);
+    absl::StatusOr<std::string> token =
+        ReadBearerTokenFile(config.token_file(), "token_file");
+    if (!token.ok()) return token.status();
+    server.service.bearer_token = *std::move(token);
   }
   return settings;
 }
