@@ -91,9 +91,13 @@ absl::Status ExecuteMigration(const ModelState& state, const StateDiff& diff,
   CHECK_LT(me, static_cast<int>(diff.required.size()));
   CHECK(new_state->holdings() == diff.required[me])
       << "new_state must be built from diff.required[rank]";
+  CHECK(options.only_stage >= 0 && options.only_stage <= 2)
+      << options.only_stage;
   *report = ExecutionReport{};
 
-  for (const Holding& k : diff.kept[me]) {
+  for (const Holding& k : options.only_stage == 2
+                              ? std::vector<Holding>{}
+                              : diff.kept[me]) {
     const uint8_t* from = old_state.Find(k.tensor, k.range);
     if (from == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -109,6 +113,7 @@ absl::Status ExecuteMigration(const ModelState& state, const StateDiff& diff,
 
   std::vector<uint8_t> send_buf, recv_buf;
   for (int stage : {1, 2}) {
+    if (options.only_stage != 0 && stage != options.only_stage) continue;
     StageReport& sr = stage == 1 ? report->stage1 : report->stage2;
     const absl::Time start = clock.Now();
     const std::vector<Round>& rounds = schedule.stage(stage);

@@ -78,6 +78,10 @@ struct ExecutionReport {
 
 struct ExecutorOptions {
   absl::Duration round_timeout = absl::Seconds(30);
+  // 0 runs everything; 1 copies the kept bytes and runs stage 1; 2 runs
+  // stage 2 only (so a caller can confirm each stage before the next, as
+  // the live switch does). The report covers what ran.
+  int only_stage = 0;
   const Clock* clock = nullptr;  // nullptr: real time
 };
 

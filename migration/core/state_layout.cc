@@ -20,11 +20,22 @@ absl::string_view StateKindName(StateKind k) {
       return "adam_m";
     case StateKind::kAdamV:
       return "adam_v";
+    case StateKind::kScalars:
+      return "scalars";
   }
   return "?";
 }
 
-int BytesPerElement(StateKind k) { return k == StateKind::kWeight ? 2 : 4; }
+int BytesPerElement(StateKind k) {
+  switch (k) {
+    case StateKind::kWeight:
+      return 2;
+    case StateKind::kScalars:
+      return 8;
+    default:
+      return 4;
+  }
+}
 
 ByteRange Intersect(const ByteRange& a, const ByteRange& b) {
   ByteRange r{std::max(a.begin, b.begin), std::min(a.end, b.end)};
@@ -133,8 +144,14 @@ void AddSwiGlu(const std::string& prefix, int layer, int expert, int64_t h,
 
 }  // namespace
 
-absl::StatusOr<ModelState> ModelState::Create(const ModelSpec& model) {
+absl::StatusOr<ModelState> ModelState::Create(
+    const ModelSpec& model, const ModelStateOptions& options) {
   if (absl::Status s = model.Validate(); !s.ok()) return s;
+  if (options.training_scalars < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training_scalars: must be >= 0, got ",
+                     options.training_scalars));
+  }
   ModelState state;
   state.model_ = model;
   TensorLister add(&state.tensors_);
@@ -171,6 +188,14 @@ absl::StatusOr<ModelState> ModelState::Create(const ModelSpec& model) {
   if (!model.tied_embeddings) {
     add.Add("lm_head.weight", kHeadLayer, -1, {model.vocab, h},
             TpSplit::kColumn);
+  }
+  if (options.training_scalars > 0) {
+    state.tensors_.push_back(
+        TensorSpec{.name = std::string(kTrainStateTensor),
+                   .kind = StateKind::kScalars,
+                   .layer = kEveryGpuLayer,
+                   .shape = {options.training_scalars},
+                   .split = TpSplit::kReplicated});
   }
   return state;
 }
@@ -288,11 +313,12 @@ absl::StatusOr<PlanLayout> PlanLayout::Create(const ModelState& state,
   if (absl::Status s = CheckStructure(model, plan, cluster); !s.ok()) return s;
 
   // Tensors by the block they belong to, so a stage lists only its own.
-  std::vector<std::vector<int>> by_layer(model.num_layers + 2);
+  std::vector<std::vector<int>> by_layer(model.num_layers + 3);
   auto slot = [&](int layer) {
-    return layer == kEmbeddingLayer ? 0
-           : layer == kHeadLayer    ? model.num_layers + 1
-                                    : layer + 1;
+    return layer == kEmbeddingLayer  ? 0
+           : layer == kHeadLayer     ? model.num_layers + 1
+           : layer == kEveryGpuLayer ? model.num_layers + 2
+                                     : layer + 1;
   };
   for (int id = 0; id < state.num_tensors(); ++id) {
     by_layer[slot(state.tensor(id).layer)].push_back(id);
@@ -318,6 +344,7 @@ absl::StatusOr<PlanLayout> PlanLayout::Create(const ModelState& state,
           slots.push_back(slot(l));
         }
         if (last) slots.push_back(slot(kHeadLayer));
+        slots.push_back(slot(kEveryGpuLayer));
         for (int k = 0; k < st.tp; ++k) {
           // Position among all GPUs of this stage over the replicas; expert
           // groups are ETP innermost, then EP, then EDP (see plan.h).

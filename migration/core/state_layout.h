@@ -35,10 +35,13 @@
 
 namespace arachne::migration {
 
-enum class StateKind { kWeight, kMasterWeight, kAdamM, kAdamV };
-inline constexpr int kNumStateKinds = 4;
+// kScalars is the replicated scalar group of a training run (step count,
+// data cursor, RNG position, ...): int64 values every GPU of a plan holds.
+enum class StateKind { kWeight, kMasterWeight, kAdamM, kAdamV, kScalars };
+inline constexpr int kNumStateKinds = 5;
 absl::string_view StateKindName(StateKind k);  // "weight", "master", ...
-// 2 for the bf16/fp16 weight, 4 for the fp32 master weight and moments.
+// 2 for the bf16/fp16 weight, 4 for the fp32 master weight and moments, 8
+// for the int64 scalars.
 int BytesPerElement(StateKind k);
 
 // How tensor parallelism cuts a parameter.
@@ -61,6 +64,7 @@ ByteRange Intersect(const ByteRange& a, const ByteRange& b);
 // Where in the model a tensor belongs.
 inline constexpr int kEmbeddingLayer = -1;  // lives on every first stage
 inline constexpr int kHeadLayer = -2;       // final norm + LM head, last stage
+inline constexpr int kEveryGpuLayer = -3;   // every GPU of a plan holds it
 
 struct TensorSpec {
   std::string name;  // e.g. "layers.3.mlp.down.weight:adam_m"
@@ -78,12 +82,21 @@ struct TensorSpec {
   ByteRange ShardRange(int rank, int degree) const;
 };
 
+struct ModelStateOptions {
+  // Number of int64 scalars in the replicated group "train_state:scalars"
+  // (0: no such group). A training engine keeps what it needs to continue
+  // bit-exactly besides the tensors there: step, data cursor, RNG state.
+  int training_scalars = 0;
+};
+inline constexpr absl::string_view kTrainStateTensor = "train_state:scalars";
+
 // Every tensor of a model's training state, in a fixed order (the tensor id
 // is the index). Depends on the model only, not on a plan.
 class ModelState {
  public:
   // InvalidArgument (from ModelSpec::Validate) for an inconsistent model.
-  static absl::StatusOr<ModelState> Create(const ModelSpec& model);
+  static absl::StatusOr<ModelState> Create(
+      const ModelSpec& model, const ModelStateOptions& options = {});
   ModelState() = default;
 
   const ModelSpec& model() const { return model_; }

@@ -1,0 +1,363 @@
+// arachne-agent's settings: flags, the config file (arachne.v1.AgentConfig
+// as YAML or JSON) they override, and errors that name the setting where it
+// was written (flag or file field) and its value.
+#include "worker_agent/agent_config.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace arachne::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+class AgentConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Per process: ctest runs each case as its own process, in parallel.
+    dir_ = (std::filesystem::path(::testing::TempDir()) /
+            absl::StrCat("arachne_agent_config_", ::getpid()))
+               .string();
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& text) const {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // Parses `args` (after the program name) with AgentFlags and resolves on a
+  // machine with `cuda_devices` CUDA GPUs.
+  static absl::StatusOr<AgentSettings> FromArgs(std::vector<std::string> args,
+                                                int cuda_devices = 0) {
+    CLI::App app;
+    AgentFlags flags(app);
+    args.insert(args.begin(), "arachne-agent");
+    std::vector<const char*> argv;
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    return flags.Settings(cuda_devices);
+  }
+
+  static std::string ReadFile(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    return buffer.str();
+  }
+
+  std::string dir_;
+};
+
+TEST_F(AgentConfigTest, FlagsAloneGiveVirtualGpus) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "2"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->node, "n0");
+  ASSERT_GE(s->gpu_type, 0);
+  EXPECT_EQ(s->gpu_type, *s->catalog.IndexOf("A6000"));
+  EXPECT_EQ(s->gpu_count, 2);
+  EXPECT_TRUE(s->virtual_gpus);
+  EXPECT_EQ(s->listen, "127.0.0.1:0");
+  EXPECT_EQ(s->host, "127.0.0.1");
+  EXPECT_EQ(s->grace, absl::Seconds(10));
+  EXPECT_FALSE(s->tls.enabled());
+  EXPECT_TRUE(s->bearer_token.empty());
+  EXPECT_TRUE(s->port_file.empty());
+  EXPECT_FALSE(s->models.empty());  // the built-in model catalog
+}
+
+TEST_F(AgentConfigTest, GpuTypeAliasResolvesToTheCatalogType) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--gpu-type", "a6000", "--virtual-gpus", "1"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->gpu_type, *s->catalog.IndexOf("A6000"));
+}
+
+TEST_F(AgentConfigTest, CudaGpusAreUsedWithoutVirtualGpus) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--gpu-type", "A6000"}, /*cuda_devices=*/4);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->gpu_count, 4);
+  EXPECT_FALSE(s->virtual_gpus);
+}
+
+TEST_F(AgentConfigTest, VirtualGpusWinOverCuda) {
+  absl::StatusOr<AgentSettings> s = FromArgs(
+      {"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "3"}, 8);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->gpu_count, 3);
+  EXPECT_TRUE(s->virtual_gpus);
+}
+
+TEST_F(AgentConfigTest, VirtualGpusRequiredWithoutCuda) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--gpu-type", "A6000"}, /*cuda_devices=*/0);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(),
+              HasSubstr("--virtual-gpus: required on a machine without CUDA "
+                        "GPUs (none visible), got none"));
+}
+
+TEST_F(AgentConfigTest, NodeIsRequired) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--gpu-type", "A6000", "--virtual-gpus", "2"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            "--node: required (or node in the config file), got none");
+}
+
+TEST_F(AgentConfigTest, EmptyNodeIsNamed) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "", "--gpu-type", "A6000", "--virtual-gpus", "2"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(), "--node: must be a node name, got \"\"");
+}
+
+TEST_F(AgentConfigTest, EmptyHostIsNamed) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--host", "", "--gpu-type", "A6000",
+                "--virtual-gpus", "2"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            "--host: must be a host name or address, got \"\"");
+}
+
+TEST_F(AgentConfigTest, GpuTypeIsRequired) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--virtual-gpus", "2"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            "--gpu-type: required (or gpu_type in the config file), got none");
+}
+
+TEST_F(AgentConfigTest, UnknownGpuTypeNamesTheFlagAndValue) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--gpu-type", "B300", "--virtual-gpus", "2"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(),
+              HasSubstr("--gpu-type: unknown GPU type \"B300\"; known: "));
+  EXPECT_THAT(s.status().message(), HasSubstr("A6000"));
+}
+
+TEST_F(AgentConfigTest, UnknownGpuTypeInTheFileNamesTheFileField) {
+  const std::string path =
+      Write("agent.yaml", "node: n0\ngpu_type: B300\nvirtual_gpus: 2\n");
+  absl::StatusOr<AgentSettings> s = FromArgs({"--config", path});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(),
+              HasSubstr(absl::StrCat(path,
+                                     ": gpu_type: unknown GPU type "
+                                     "\"B300\"")));
+}
+
+TEST_F(AgentConfigTest, VirtualGpusOutOfRange) {
+  for (const char* bad : {"0", "-1", "65"}) {
+    absl::StatusOr<AgentSettings> s = FromArgs(
+        {"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", bad});
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(
+        s.status().message(),
+        absl::StrCat("--virtual-gpus: must be an integer in 1..64, got ", bad));
+  }
+}
+
+TEST_F(AgentConfigTest, NonNumericFlagIsAParseError) {
+  EXPECT_THROW(FromArgs({"--node", "n0", "--gpu-type", "A6000",
+                         "--virtual-gpus", "two"}),
+               CLI::ParseError);
+}
+
+TEST_F(AgentConfigTest, ListenNeedsAPort) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1",
+                "--listen", "localhost"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            "--listen: must be host:port, got \"localhost\"");
+}
+
+TEST_F(AgentConfigTest, NegativeOrNanGraceIsNamed) {
+  for (const char* bad : {"-1", "nan"}) {
+    absl::StatusOr<AgentSettings> s =
+        FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1",
+                  "--grace-s", bad});
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.status().message(),
+                HasSubstr("--grace-s: must be >= 0, got "))
+        << bad;
+  }
+}
+
+TEST_F(AgentConfigTest, FileIsReadAndFlagsOverrideIt) {
+  const std::string token = Write("token", "  s3cret\n");
+  const std::string path = Write("agent.yaml", absl::StrCat(R"(# every field
+listen: 0.0.0.0:7000
+node: gpu-box-3
+host: 10.0.0.3
+gpu_type: A6000
+virtual_gpus: 4
+port_file: )",
+                                                            dir_, R"(/port
+grace_s: 2.5
+token_file: )",
+                                                            token, "\n"));
+  absl::StatusOr<AgentSettings> s = FromArgs(
+      {"--config", path, "--listen", "127.0.0.1:0", "--virtual-gpus", "2"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->listen, "127.0.0.1:0");  // the flag
+  EXPECT_EQ(s->gpu_count, 2);           // the flag
+  EXPECT_EQ(s->node, "gpu-box-3");      // the file
+  EXPECT_EQ(s->host, "10.0.0.3");
+  EXPECT_EQ(s->port_file, dir_ + "/port");
+  EXPECT_EQ(s->grace, absl::Milliseconds(2500));
+  EXPECT_EQ(s->bearer_token, "s3cret");
+}
+
+TEST_F(AgentConfigTest, JsonFileIsReadToo) {
+  const std::string path =
+      Write("agent.json",
+            R"({"node": "n1", "gpu_type": "A6000", "virtual_gpus": 1})");
+  absl::StatusOr<AgentSettings> s = FromArgs({"--config", path});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->node, "n1");
+}
+
+TEST_F(AgentConfigTest, CommentOnlyFileMeansDefaults) {
+  const std::string path = Write("agent.yaml", "# node: n0\n");
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--config", path, "--node", "n0", "--gpu-type", "A6000",
+                "--virtual-gpus", "1"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->listen, "127.0.0.1:0");
+}
+
+TEST_F(AgentConfigTest, UnknownFileFieldIsNamed) {
+  const std::string path = Write("agent.yaml", "node: n0\ngpu_typ: A6000\n");
+  absl::StatusOr<AgentSettings> s = FromArgs({"--config", path});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr(path));
+  EXPECT_THAT(s.status().message(), HasSubstr("gpu_typ"));
+}
+
+TEST_F(AgentConfigTest, BadFileValueNamesTheFileField) {
+  const std::string path =
+      Write("agent.yaml", "node: n0\ngpu_type: A6000\nvirtual_gpus: 0\n");
+  absl::StatusOr<v1::AgentConfig> c = LoadAgentConfigFile(path);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      c.status().message(),
+      absl::StrCat(path, ": virtual_gpus: must be an integer in 1..64, got 0"));
+}
+
+TEST_F(AgentConfigTest, FlagFixesABadFileValue) {
+  // The merged value is what counts: a flag given replaces the file's.
+  const std::string path =
+      Write("agent.yaml", "node: n0\ngpu_type: B300\nvirtual_gpus: 1\n");
+  v1::AgentConfig file;
+  file.set_node("n0");
+  file.set_gpu_type("B300");
+  file.set_virtual_gpus(1);
+  v1::AgentConfig flags;
+  flags.set_gpu_type("A6000");
+  absl::StatusOr<AgentSettings> s = ResolveAgentConfig(file, path, flags, 0);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->gpu_type, *s->catalog.IndexOf("A6000"));
+}
+
+TEST_F(AgentConfigTest, MissingConfigFileIsNotFound) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--config", dir_ + "/absent.yaml"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.status().message(),
+            absl::StrCat("config: cannot read \"", dir_, "/absent.yaml\""));
+}
+
+TEST_F(AgentConfigTest, TlsFilesComeInPairs) {
+  const std::vector<std::string> base = {
+      "--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1"};
+  std::vector<std::string> key_only = base;
+  key_only.insert(key_only.end(), {"--tls-key", "/k.pem"});
+  absl::StatusOr<AgentSettings> s = FromArgs(key_only);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            "--tls-cert: required with --tls-key, got none");
+
+  std::vector<std::string> ca_only = base;
+  ca_only.insert(ca_only.end(), {"--tls-client-ca", "/ca.pem"});
+  s = FromArgs(ca_only);
+  EXPECT_EQ(s.status().message(),
+            "--tls-cert: required with --tls-client-ca, got none");
+
+  std::vector<std::string> cert_only = base;
+  cert_only.insert(cert_only.end(), {"--tls-cert", "/c.pem"});
+  s = FromArgs(cert_only);
+  EXPECT_EQ(s.status().message(),
+            "--tls-key: required with --tls-cert, got none");
+
+  std::vector<std::string> mutual = base;
+  mutual.insert(mutual.end(), {"--tls-cert", "/c.pem", "--tls-key", "/k.pem",
+                               "--tls-client-ca", "/ca.pem"});
+  s = FromArgs(mutual);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->tls.enabled());
+  EXPECT_EQ(s->tls.client_ca_file, "/ca.pem");
+}
+
+TEST_F(AgentConfigTest, TokenFileErrorsNameTheFlagAndPath) {
+  const std::vector<std::string> base = {
+      "--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1"};
+  std::vector<std::string> absent = base;
+  absent.insert(absent.end(), {"--token-file", dir_ + "/absent"});
+  absl::StatusOr<AgentSettings> s = FromArgs(absent);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.status().message(),
+            absl::StrCat("--token-file: cannot read \"", dir_, "/absent\""));
+
+  std::vector<std::string> empty = base;
+  const std::string blank = Write("blank", " \n");
+  empty.insert(empty.end(), {"--token-file", blank});
+  s = FromArgs(empty);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            absl::StrCat("--token-file: no token in \"", blank,
+                         "\" (empty or only whitespace)"));
+}
+
+TEST_F(AgentConfigTest, BadProfilesDirIsNamed) {
+  const std::string gpus = Write("gpus.yaml", "gpus: 3\n");
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1",
+                "--profiles-dir", dir_});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("--profiles-dir: "));
+  EXPECT_THAT(s.status().message(), HasSubstr("gpus.yaml"));
+}
+
+TEST_F(AgentConfigTest, PortFileIsWrittenWhole) {
+  const std::string path = dir_ + "/port";
+  ASSERT_TRUE(WritePortFile(path, 43210).ok());
+  EXPECT_EQ(ReadFile(path), "43210\n");
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST_F(AgentConfigTest, UnwritablePortFileIsUnavailable) {
+  const absl::Status s = WritePortFile(dir_ + "/no/such/dir/port", 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("port_file: cannot write \""));
+}
+
+}  // namespace
+}  // namespace arachne::agent

@@ -1,0 +1,307 @@
+// Real `arachne-agent` processes on 127.0.0.1 with virtual GPUs, a real
+// TCPStore (c10d) hosted here, and a driver that plays the controller
+// through the agents' RPCs: what the end-to-end tests of the live switch
+// start, kill and check.
+#ifndef ARACHNE_TEST_AGENT_AGENT_HARNESS_H_
+#define ARACHNE_TEST_AGENT_AGENT_HARNESS_H_
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "test/engine/engine_harness.h"
+#include "worker_agent/agent_client.h"
+#include "worker_agent/checkpoint.h"
+#include "worker_agent/job_store.h"
+#include "worker_agent/node_runtime.h"
+
+namespace arachne::agent::testing {
+
+inline std::string AgentBinary() {
+  return std::string(ARACHNE_BINARY_DIR) + "/worker_agent/arachne-agent";
+}
+
+// One arachne-agent process.
+class AgentProcess {
+ public:
+  AgentProcess(std::string node, int gpus, std::string dir)
+      : node_(std::move(node)), gpus_(gpus), dir_(std::move(dir)) {}
+  ~AgentProcess() { Kill(); }
+
+  absl::Status Start() {
+    const std::string port_file = dir_ + "/" + node_ + ".port";
+    std::filesystem::remove(port_file);
+    const std::string log = dir_ + "/" + node_ + ".log";
+    std::vector<std::string> argv = {AgentBinary(),
+                                     "--node", node_,
+                                     "--gpu-type", "A6000",
+                                     "--virtual-gpus", std::to_string(gpus_),
+                                     "--listen", "127.0.0.1:0",
+                                     "--port-file", port_file};
+    pid_ = fork();
+    if (pid_ == 0) {
+      FILE* f = freopen(log.c_str(), "w", stderr);
+      (void)f;
+      std::vector<char*> args;
+      for (std::string& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline) {
+      std::ifstream f(port_file);
+      int port = 0;
+      if (f >> port && port > 0) {
+        address_ = absl::StrCat("127.0.0.1:", port);
+        AgentClientConfig c;
+        c.address = address_;
+        auto client = AgentClient::Connect(c);
+        if (!client.ok()) return client.status();
+        client_ = *std::move(client);
+        return absl::OkStatus();
+      }
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        return absl::InternalError(absl::StrCat("agent ", node_, " exited; see ", log));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return absl::DeadlineExceededError(absl::StrCat("agent ", node_, " did not start"));
+  }
+  // SIGKILL: the ungraceful death of a node.
+  void Kill() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+  bool alive() const { return pid_ > 0; }
+  const std::string& node() const { return node_; }
+  AgentClient& client() { return *client_; }
+
+ private:
+  std::string node_;
+  int gpus_;
+  std::string dir_;
+  pid_t pid_ = -1;
+  std::string address_;
+  std::unique_ptr<AgentClient> client_;
+};
+
+// Calls fn on every agent at once (the phases are collectives across
+// agents) and returns the first error.
+inline absl::Status OnAll(const std::vector<AgentProcess*>& agents,
+                          const std::function<absl::Status(AgentProcess&)>& fn) {
+  std::vector<absl::Status> st(agents.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    threads.emplace_back([&, i]() { st[i] = fn(*agents[i]); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < agents.size(); ++i) {
+    if (!st[i].ok()) {
+      return absl::Status(st[i].code(), absl::StrCat(agents[i]->node(), ": ",
+                                                     st[i].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A cluster of `nodes` (name, GPU count), all A6000.
+inline Cluster NamedCluster(const std::vector<std::pair<std::string, int>>& nodes) {
+  GpuCatalog catalog = Catalog();
+  std::vector<Node> ns;
+  for (const auto& [name, n] : nodes) {
+    ns.push_back(Node{.name = name, .gpu_type = *catalog.IndexOf("A6000"),
+                      .num_gpus = n});
+  }
+  return *Cluster::Create(ns, catalog);
+}
+
+// Where a switch stops: the step after which a fault is injected.
+enum class SwitchStep { kNone, kBeforeStage1, kBeforeStage2, kBeforeRebuild };
+
+// The controller's part, for tests.
+class Driver {
+ public:
+  Driver(JobSpec job, std::string dir) : job_(std::move(job)), dir_(std::move(dir)) {
+    server_ = *JobStoreServer::Start("127.0.0.1", 0);
+  }
+
+  AgentProcess* Agent(const std::string& node, int gpus) {
+    auto a = std::make_unique<AgentProcess>(node, gpus, dir_);
+    absl::Status s = a->Start();
+    CHECK(s.ok()) << s;
+    agents_[node] = std::move(a);
+    return agents_[node].get();
+  }
+  AgentProcess* agent(const std::string& node) { return agents_.at(node).get(); }
+
+  std::vector<AgentProcess*> In(const Cluster& c) {
+    std::vector<AgentProcess*> v;
+    for (const Node& n : c.nodes()) {
+      auto it = agents_.find(n.name);
+      if (it != agents_.end() && it->second->alive()) v.push_back(it->second.get());
+    }
+    return v;
+  }
+
+  absl::Status Start(const Plan& plan, const Cluster& cluster) {
+    generation_ = 1;
+    PrepareArgs args = Args(plan, cluster);
+    const std::vector<AgentProcess*> agents = In(cluster);
+    absl::Status s = OnAll(agents, [&](AgentProcess& a) {
+      return a.client().Prepare(args, catalog_).status();
+    });
+    if (s.ok()) s = OnAll(agents, [&](AgentProcess& a) { return a.client().Rebuild(1, absl::Seconds(30)); });
+    if (s.ok()) s = OnAll(agents, [&](AgentProcess& a) { return a.client().Commit(1); });
+    if (!s.ok()) return s;
+    plan_ = plan;
+    cluster_ = cluster;
+    return absl::OkStatus();
+  }
+
+  // Trains until iteration `until` and waits for it.
+  absl::Status TrainUntil(int64_t until) {
+    const std::vector<AgentProcess*> agents = In(cluster_);
+    if (absl::Status s = OnAll(agents, [&](AgentProcess& a) {
+          return a.client().Resume(generation_, until);
+        });
+        !s.ok()) {
+      return s;
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline) {
+      bool done = true;
+      for (AgentProcess* a : agents) {
+        absl::StatusOr<NodeStatus> st = a->client().Status(generation_);
+        if (!st.ok()) return st.status();
+        for (const RankStatus& r : st->ranks) {
+          if (!r.error.empty()) return absl::UnavailableError(r.error);
+          if (r.in_plan && r.iteration < until) done = false;
+          if (r.in_plan && r.loss != 0) losses_[r.iteration] = r.loss;
+        }
+      }
+      if (done) return absl::OkStatus();
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return absl::DeadlineExceededError("training did not reach the iteration");
+  }
+
+  // The whole state of the current generation, through a checkpoint.
+  absl::StatusOr<FullState> Gather(const std::string& name) {
+    const std::string dir = dir_ + "/" + name;
+    std::filesystem::remove_all(dir);
+    if (absl::Status s = OnAll(In(cluster_), [&](AgentProcess& a) {
+          return a.client().SaveCheckpoint(generation_, dir);
+        });
+        !s.ok()) {
+      return s;
+    }
+    return ReadCheckpoint(dir, *ReferenceModelState(job_));
+  }
+
+  // Pauses, migrates, rebuilds and commits (Abort on any failure, as the
+  // controller does). `fault` runs after `step` (e.g. kills an agent).
+  absl::Status Switch(const Plan& plan, const Cluster& cluster,
+                      SwitchStep step = SwitchStep::kNone,
+                      const std::function<void()>& fault = nullptr,
+                      const std::string& checkpoint_dir = "") {
+    const int64_t next = generation_ + 1;
+    PrepareArgs args = Args(plan, cluster);
+    args.generation = next;
+    args.old_plan = plan_;
+    args.old_cluster = cluster_;
+    args.checkpoint_dir = checkpoint_dir;
+    // The new cluster's agents are the migration ranks; a drained node
+    // stays in it until the switch commits.
+    std::vector<AgentProcess*> agents = In(cluster);
+    auto abort = [&](absl::Status why) {
+      std::vector<AgentProcess*> alive;
+      for (AgentProcess* a : agents) {
+        if (a->alive()) alive.push_back(a);
+      }
+      absl::Status s = OnAll(alive, [&](AgentProcess& a) { return a.client().Abort(next); });
+      CHECK(s.ok()) << s;
+      last_abort_ = why;
+      return why;
+    };
+    absl::Status s = OnAll(agents, [&](AgentProcess& a) {
+      return a.client().Prepare(args, catalog_).status();
+    });
+    if (!s.ok()) return abort(s);
+    s = OnAll(In(cluster_), [&](AgentProcess& a) {
+      return a.client().Pause(next, 0, absl::Seconds(30)).status();
+    });
+    if (!s.ok()) return abort(s);
+    auto phase = [&](SwitchStep at, const std::function<absl::Status(AgentProcess&)>& fn) {
+      if (step == at && fault) fault();
+      std::vector<AgentProcess*> alive;
+      for (AgentProcess* a : agents) alive.push_back(a);
+      return OnAll(alive, [&](AgentProcess& a) {
+        if (!a.alive()) return absl::UnavailableError("agent is dead");
+        return fn(a);
+      });
+    };
+    s = phase(SwitchStep::kBeforeStage1, [&](AgentProcess& a) { return a.client().Migrate(next, 1, absl::Seconds(15)); });
+    if (!s.ok()) return abort(s);
+    s = phase(SwitchStep::kBeforeStage2, [&](AgentProcess& a) { return a.client().Migrate(next, 2, absl::Seconds(15)); });
+    if (!s.ok()) return abort(s);
+    s = phase(SwitchStep::kBeforeRebuild, [&](AgentProcess& a) { return a.client().Rebuild(next, absl::Seconds(15)); });
+    if (!s.ok()) return abort(s);
+    s = OnAll(agents, [&](AgentProcess& a) { return a.client().Commit(next); });
+    CHECK(s.ok()) << s;  // after every agent rebuilt, commit cannot fail here
+    generation_ = next;
+    plan_ = plan;
+    cluster_ = cluster;
+    return absl::OkStatus();
+  }
+
+  int64_t generation() const { return generation_; }
+  const std::map<int64_t, double>& losses() const { return losses_; }
+  const JobSpec& job() const { return job_; }
+
+ private:
+  PrepareArgs Args(const Plan& plan, const Cluster& cluster) {
+    PrepareArgs a;
+    a.generation = 1;
+    a.job = job_;
+    a.cluster = cluster;
+    a.plan = plan;
+    a.store_address = server_->address();
+    return a;
+  }
+
+  JobSpec job_;
+  std::string dir_;
+  GpuCatalog catalog_ = Catalog();
+  std::unique_ptr<JobStoreServer> server_;
+  std::map<std::string, std::unique_ptr<AgentProcess>> agents_;
+  int64_t generation_ = 0;
+  Plan plan_;
+  Cluster cluster_;
+  std::map<int64_t, double> losses_;
+  absl::Status last_abort_;
+};
+
+}  // namespace arachne::agent::testing
+
+#endif  // ARACHNE_TEST_AGENT_AGENT_HARNESS_H_

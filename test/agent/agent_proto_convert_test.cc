@@ -1,0 +1,323 @@
+// The Agent messages <-> the runtime's types: a PrepareRequest written from
+// PrepareArgs reads back as the same args, and each malformed request is
+// INVALID_ARGUMENT naming the field (what the service answers before the
+// runtime sees the request).
+#include "worker_agent/agent_proto_convert.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner_service/io/model_io.h"
+#include "test/migration/migration_fixture.h"
+
+namespace arachne::agent {
+namespace {
+
+using ::arachne::migration::testing::MakeCluster;
+using ::arachne::migration::testing::MakePlan;
+using ::arachne::migration::testing::MakeStage;
+using ::arachne::migration::testing::MakeTemplate;
+using ::arachne::migration::testing::TinyModel;
+using ::arachne::migration::testing::ToyCatalog;
+using ::arachne::testing::kFast;
+using ::testing::HasSubstr;
+
+// Two nodes of 2 FAST GPUs; plan: 2 stages of TP 1 on n0, replicated onto
+// n1 (the new plan) or only on n0 (the old plan).
+class AgentProtoConvertTest : public ::testing::Test {
+ protected:
+  AgentProtoConvertTest()
+      : catalog_(ToyCatalog()),
+        cluster_(MakeCluster({{"n0", kFast, 2}, {"n1", kFast, 2}})),
+        old_cluster_(MakeCluster({{"n0", kFast, 2}})) {
+    Template t = MakeTemplate({MakeStage(1, 0, 2), MakeStage(1, 2, 4)}, 2,
+                              {{0, {0}}, {0, {1}}, {1, {0}}, {1, {1}}});
+    t.total_micro_batches = 4;
+    plan_ = MakePlan({t});
+    Template old = MakeTemplate({MakeStage(1, 0, 2), MakeStage(1, 2, 4)}, 1,
+                                {{0, {0}}, {0, {1}}});
+    old.total_micro_batches = 4;
+    old_plan_ = MakePlan({old});
+  }
+
+  PrepareArgs Args() const {
+    PrepareArgs a;
+    a.generation = 2;
+    a.job.model = TinyModel();
+    a.job.training.seq_len = 32;
+    a.job.training.global_batch = 8;
+    a.job.engine.learning_rate = 1e-3;
+    a.job.engine.warmup_iterations = 0;
+    a.job.engine.data_seed = 7;
+    a.cluster = cluster_;
+    a.plan = plan_;
+    a.old_cluster = old_cluster_;
+    a.old_plan = old_plan_;
+    a.lost = {{"n0", 1}};
+    a.store_address = "127.0.0.1:29500";
+    a.checkpoint_dir = "/ckpt";
+    return a;
+  }
+
+  absl::StatusOr<PrepareArgs> Read(const v1::PrepareRequest& r) const {
+    return PrepareArgsFromProto(r, catalog_, /*models=*/{});
+  }
+
+  // The error of reading `r`, which must be InvalidArgument.
+  std::string Error(const v1::PrepareRequest& r) const {
+    absl::StatusOr<PrepareArgs> a = Read(r);
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument)
+        << a.status();
+    return std::string(a.status().message());
+  }
+
+  GpuCatalog catalog_;
+  Cluster cluster_;
+  Cluster old_cluster_;
+  Plan plan_;
+  Plan old_plan_;
+};
+
+void ExpectSamePlan(const Plan& a, const Plan& b) {
+  ASSERT_EQ(a.templates.size(), b.templates.size());
+  for (size_t t = 0; t < a.templates.size(); ++t) {
+    const Template& x = a.templates[t];
+    const Template& y = b.templates[t];
+    EXPECT_EQ(x.replicas, y.replicas);
+    EXPECT_EQ(x.micro_batch_size, y.micro_batch_size);
+    EXPECT_EQ(x.total_micro_batches, y.total_micro_batches);
+    ASSERT_EQ(x.stages.size(), y.stages.size());
+    for (size_t s = 0; s < x.stages.size(); ++s) {
+      EXPECT_EQ(x.stages[s].gpu_type, y.stages[s].gpu_type);
+      EXPECT_EQ(x.stages[s].tp, y.stages[s].tp);
+      EXPECT_EQ(x.stages[s].layer_begin, y.stages[s].layer_begin);
+      EXPECT_EQ(x.stages[s].layer_end, y.stages[s].layer_end);
+    }
+    ASSERT_EQ(x.placement.size(), y.placement.size());
+    for (size_t p = 0; p < x.placement.size(); ++p) {
+      EXPECT_EQ(x.placement[p].node, y.placement[p].node);
+      EXPECT_EQ(x.placement[p].gpus, y.placement[p].gpus);
+    }
+  }
+}
+
+TEST_F(AgentProtoConvertTest, PrepareArgsRoundTrip) {
+  const PrepareArgs args = Args();
+  absl::StatusOr<PrepareArgs> back =
+      Read(PrepareRequestFromArgs(args, catalog_));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->generation, 2);
+  // A model without a profile name reads back with the catalog's default,
+  // its own name.
+  ModelSpec expected = args.job.model;
+  expected.profile_name = expected.name;
+  EXPECT_EQ(ModelToJson(back->job.model), ModelToJson(expected));
+  EXPECT_EQ(back->job.training.seq_len, 32);
+  EXPECT_EQ(back->job.training.global_batch, 8);
+  EXPECT_EQ(back->job.engine.learning_rate, 1e-3);
+  EXPECT_EQ(back->job.engine.warmup_iterations, 0);
+  EXPECT_EQ(back->job.engine.data_seed, 7u);
+  EXPECT_EQ(back->job.engine.adam_beta2, EngineConfig{}.adam_beta2);
+  ASSERT_EQ(back->cluster.num_nodes(), 2);
+  EXPECT_EQ(back->cluster.node(1).name, "n1");
+  ExpectSamePlan(back->plan, args.plan);
+  ASSERT_TRUE(back->old_plan.has_value());
+  ASSERT_TRUE(back->old_cluster.has_value());
+  EXPECT_EQ(back->old_cluster->num_nodes(), 1);
+  ExpectSamePlan(*back->old_plan, *args.old_plan);
+  ASSERT_EQ(back->lost.size(), 1u);
+  EXPECT_EQ(back->lost[0], (migration::GpuId{"n0", 1}));
+  EXPECT_EQ(back->store_address, "127.0.0.1:29500");
+  EXPECT_EQ(back->checkpoint_dir, "/ckpt");
+}
+
+TEST_F(AgentProtoConvertTest, FirstGenerationHasNoOldPlan) {
+  PrepareArgs args = Args();
+  args.generation = 1;
+  args.old_cluster.reset();
+  args.old_plan.reset();
+  args.lost.clear();
+  absl::StatusOr<PrepareArgs> back =
+      Read(PrepareRequestFromArgs(args, catalog_));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->old_plan.has_value());
+  EXPECT_FALSE(back->old_cluster.has_value());
+}
+
+TEST_F(AgentProtoConvertTest, CatalogModelByName) {
+  v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
+  r.clear_model_spec();
+  r.mutable_model()->set_name("TINY");
+  ModelSpec tiny = TinyModel();
+  absl::StatusOr<PrepareArgs> a = PrepareArgsFromProto(r, catalog_, {tiny});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->job.model.name, "tiny");
+  r.mutable_model()->set_name("huge");
+  EXPECT_THAT(Error(r), HasSubstr("model.name: unknown model \"huge\""));
+}
+
+TEST_F(AgentProtoConvertTest, MissingOrBadGeneration) {
+  v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
+  r.clear_generation();
+  EXPECT_EQ(Error(r), "generation: must be an integer >= 1, got 0");
+  r.set_generation(-3);
+  EXPECT_EQ(Error(r), "generation: must be an integer >= 1, got -3");
+}
+
+TEST_F(AgentProtoConvertTest, ModelMissingOrGivenTwice) {
+  v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
+  r.mutable_model()->set_name("tiny");
+  EXPECT_EQ(Error(r), "model_spec: give either model or model_spec, not both");
+  r.clear_model();
+  r.clear_model_spec();
+  EXPECT_EQ(Error(r),
+            "model: required (model.name, model.hf_config_json or "
+            "model_spec), got none");
+}
+
+TEST_F(AgentProtoConvertTest, BadModelSpecIsNamed) {
+  v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
+  r.mutable_model_spec()->set_num_layers(0);
+  EXPECT_THAT(Error(r), HasSubstr("model_spec.num_layers"));
+}
+
+TEST_F(AgentProtoConvertTest, BadTrainingIsNamed) {
+  v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
+  r.mutable_training()->set_precision("fp8");
+  EXPECT_THAT(Error(r), HasSubstr("training.precision"));
+}
+
+TEST_F(AgentProtoConvertTest, ClusterAndPlanAreRequired) {
+  v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
+  r.clear_cluster();
+  EXPECT_EQ(Error(r), "cluster: required, got none");
+  r = PrepareRequestFromArgs(Args(), catalog_);
+  r.clear_plan();
+  EXPECT_EQ(Error(r), "plan: required, got none");
+  r = PrepareRequestFromArgs(Args(), catalog_);
+  r.mutable_plan()->clear_templates();
+  EXPECT_THAT(Error(r), HasSubstr("plan.templates: must not be empty"));
+}
+
+TEST_F(AgentProtoConvertTest, UnknownGpuTypeInTheClusterIsNamed) {
+  v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
+  r.mutable_cluster()->mutable_nodes(1)->set_gpu("B300");
+  EXPECT_THAT(Error(r), HasSubstr("cluster.nodes[1].gpu"));
+  EXPECT_THAT(Error(r), HasSubstr("B300"));
+}
+
+TEST_F(AgentProtoConvertTest, PlanOnAnUnknownNodeIsNamed) {
+  v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
+  r.mutable_plan()
+      ->mutable_templates(0)
+      ->mutable_placement(1)
+      ->mutable_stages(0)
+      ->set_node("n9");
+  EXPECT_THAT(Error(r),
+              HasSubstr("plan.templates[0].placement[1].stages[0].node"));
+}
+
+TEST_F(AgentProtoConvertTest, OldPlanAndOldClusterComeTogether) {
+  v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
+  r.clear_old_cluster();
+  EXPECT_EQ(Error(r), "old_cluster: required with old_plan, got none");
+  r = PrepareRequestFromArgs(Args(), catalog_);
+  r.clear_old_plan();
+  EXPECT_EQ(Error(r), "old_plan: required with old_cluster, got none");
+}
+
+TEST_F(AgentProtoConvertTest, LostGpusMustBeOfTheOldCluster) {
+  v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
+  r.mutable_lost(0)->set_node("n1");
+  EXPECT_EQ(Error(r), "lost[0].node: unknown node \"n1\" (not in old_cluster)");
+  r.mutable_lost(0)->set_node("n0");
+  r.mutable_lost(0)->set_index(2);
+  EXPECT_EQ(Error(r),
+            "lost[0].index: must be in 0..1 (node \"n0\" has 2 GPUs), got 2");
+  r.clear_old_plan();
+  r.clear_old_cluster();
+  EXPECT_EQ(Error(r),
+            "lost: only with old_plan (lost GPUs are GPUs of the old plan), "
+            "got 1");
+}
+
+TEST(PhaseTimeoutTest, ZeroIsTheDefaultAndBadValuesAreNamed) {
+  EXPECT_EQ(*PhaseTimeoutFromProto(0, "timeout_s"), absl::Seconds(60));
+  EXPECT_EQ(*PhaseTimeoutFromProto(2.5, "timeout_s"), absl::Milliseconds(2500));
+  for (double bad :
+       {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    absl::StatusOr<absl::Duration> t = PhaseTimeoutFromProto(bad, "timeout_s");
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(t.status().message(),
+                HasSubstr("timeout_s: must be >= 0 seconds (0 = 1m), got "));
+  }
+}
+
+TEST(NodeStatusTest, RoundTripWithEveryField) {
+  NodeStatus s;
+  s.current_generation = 3;
+  s.prepared_generation = 4;
+  s.phase = Phase::kMigrated1;
+  s.iteration = 17;
+  s.loss = 2.5;
+  s.ranks.push_back({.gpu = {"n0", 1},
+                     .in_plan = true,
+                     .iteration = 17,
+                     .loss = 2.5,
+                     .iteration_seconds = 0.25,
+                     .tokens_per_second = 1000,
+                     .state_bytes = 1 << 20,
+                     .peak_rss_bytes = 1 << 30,
+                     .error = "boom"});
+  s.pause = {1.5, 0, 0};
+  s.stage1 = {2.0, 100, 200};
+  s.stage2 = {3.0, 300, 400};
+  s.rebuild_groups = {0.5, 0, 0};
+  s.rebuild_engines = {0.75, 0, 0};
+  s.resume = {0.125, 0, 0};
+  const GpuCatalog catalog = ToyCatalog();
+  const NodeGpus gpus{
+      .node = "n0", .gpu_type = kFast, .count = 2, .virtual_gpus = true};
+  const v1::StatusResponse proto = NodeStatusToProto(s, gpus, catalog);
+  EXPECT_EQ(proto.phase(), v1::PHASE_MIGRATED1);
+  EXPECT_EQ(proto.node(), "n0");
+  EXPECT_EQ(proto.gpu_type(), "FAST");
+  EXPECT_EQ(proto.gpus(), 2);
+  EXPECT_TRUE(proto.virtual_gpus());
+  absl::StatusOr<NodeStatus> back = NodeStatusFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->current_generation, 3);
+  EXPECT_EQ(back->prepared_generation, 4);
+  EXPECT_EQ(back->phase, Phase::kMigrated1);
+  EXPECT_EQ(back->iteration, 17);
+  ASSERT_EQ(back->ranks.size(), 1u);
+  const RankStatus& r = back->ranks[0];
+  EXPECT_EQ(r.gpu, (migration::GpuId{"n0", 1}));
+  EXPECT_TRUE(r.in_plan);
+  EXPECT_EQ(r.iteration_seconds, 0.25);
+  EXPECT_EQ(r.tokens_per_second, 1000);
+  EXPECT_EQ(r.state_bytes, 1 << 20);
+  EXPECT_EQ(r.peak_rss_bytes, 1 << 30);
+  EXPECT_EQ(r.error, "boom");
+  EXPECT_EQ(back->stage1.bytes_sent, 100);
+  EXPECT_EQ(back->stage2.bytes_received, 400);
+  EXPECT_EQ(back->rebuild_engines.seconds, 0.75);
+  EXPECT_EQ(back->resume.seconds, 0.125);
+}
+
+TEST(PhaseTest, EveryPhaseMapsBothWays) {
+  for (Phase p : {Phase::kIdle, Phase::kPrepared, Phase::kPaused,
+                  Phase::kMigrated1, Phase::kMigrated2, Phase::kRebuilt,
+                  Phase::kRunning, Phase::kStopped, Phase::kFailed}) {
+    EXPECT_EQ(*PhaseFromProto(PhaseToProto(p)), p);
+  }
+  EXPECT_EQ(PhaseFromProto(v1::PHASE_UNSPECIFIED).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace arachne::agent

@@ -1,0 +1,308 @@
+#include "worker_agent/agent_config.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "glog/logging.h"
+#include "planner_service/core/node_pool.h"
+#include "planner_service/io/config_file.h"
+#include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/model_io.h"
+
+namespace arachne::agent {
+namespace {
+
+bool Has(const v1::AgentConfig& config, absl::string_view field) {
+  const google::protobuf::FieldDescriptor* fd =
+      config.GetDescriptor()->FindFieldByName(std::string(field));
+  CHECK(fd != nullptr) << "AgentConfig has no field " << field;
+  return config.GetReflection()->HasField(config, fd);
+}
+
+std::string FlagName(absl::string_view field) {
+  return absl::StrCat("--", absl::StrReplaceAll(field, {{"_", "-"}}));
+}
+
+// How errors name a setting: where the user wrote it (the flag wins, as in
+// the merge), and as the flag when it was written nowhere, since the flag
+// is the first place to give it.
+class SettingNames {
+ public:
+  SettingNames(absl::string_view file_source, const v1::AgentConfig* file,
+               const v1::AgentConfig* flags)
+      : file_source_(file_source), file_(file), flags_(flags) {}
+
+  std::string operator()(absl::string_view field) const {
+    if (flags_ != nullptr && Has(*flags_, field)) return FlagName(field);
+    if (file_ != nullptr && Has(*file_, field)) {
+      return file_source_.empty() ? std::string(field)
+                                  : absl::StrCat(file_source_, ": ", field);
+    }
+    return FlagName(field);
+  }
+
+ private:
+  std::string file_source_;
+  const v1::AgentConfig* file_;
+  const v1::AgentConfig* flags_;
+};
+
+absl::Status ValueError(const SettingNames& names, absl::string_view field,
+                        absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(names(field), ": ", message));
+}
+
+absl::Status Required(absl::string_view field) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(FlagName(field), ": required (or ", field,
+                   " in the config file), got none"));
+}
+
+// The checks of one value each, on the fields set in `config`.
+absl::Status CheckValues(const v1::AgentConfig& config,
+                         const SettingNames& names) {
+  if (config.has_listen() && config.listen().find(':') == std::string::npos) {
+    return ValueError(
+        names, "listen",
+        absl::StrCat("must be host:port, got \"", config.listen(), "\""));
+  }
+  if (config.has_node() && config.node().empty()) {
+    return ValueError(names, "node", "must be a node name, got \"\"");
+  }
+  if (config.has_host() && config.host().empty()) {
+    return ValueError(names, "host",
+                      "must be a host name or address, got \"\"");
+  }
+  if (config.has_gpu_type() && config.gpu_type().empty()) {
+    return ValueError(names, "gpu_type",
+                      "must be a GPU type id or alias, got \"\"");
+  }
+  if (config.has_virtual_gpus() &&
+      (config.virtual_gpus() < 1 || config.virtual_gpus() > kMaxGpusPerNode)) {
+    return ValueError(names, "virtual_gpus",
+                      absl::StrCat("must be an integer in 1..", kMaxGpusPerNode,
+                                   ", got ", config.virtual_gpus()));
+  }
+  // The protobuf JSON mapping accepts "NaN" and "Infinity" for doubles,
+  // hence the finite check.
+  if (config.has_grace_s() &&
+      !(std::isfinite(config.grace_s()) && config.grace_s() >= 0)) {
+    return ValueError(names, "grace_s",
+                      absl::StrCat("must be >= 0, got ", config.grace_s()));
+  }
+  return absl::OkStatus();
+}
+
+// Keeps the code, puts `prefix` (a setting's name) before the message.
+absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
+  return absl::Status(s.code(), absl::StrCat(prefix, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::AgentConfig> ParseAgentConfig(absl::string_view text,
+                                                 absl::string_view source) {
+  v1::AgentConfig config;
+  if (absl::Status s = ParseConfigText(text, source, &config); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CheckValues(config, SettingNames(source, &config, nullptr));
+      !s.ok()) {
+    return s;
+  }
+  return config;
+}
+
+absl::StatusOr<v1::AgentConfig> LoadAgentConfigFile(const std::string& path) {
+  v1::AgentConfig config;
+  if (absl::Status s = LoadConfigFile(path, &config); !s.ok()) return s;
+  if (absl::Status s =
+          CheckValues(config, SettingNames(path, &config, nullptr));
+      !s.ok()) {
+    return s;
+  }
+  return config;
+}
+
+absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
+                                                 absl::string_view file_source,
+                                                 const v1::AgentConfig& flags,
+                                                 int cuda_devices) {
+  v1::AgentConfig config = file;
+  // Every field is `optional`: MergeFrom copies exactly the fields set in
+  // `flags`, i.e. the flags given on the command line.
+  config.MergeFrom(flags);
+  const SettingNames names(file_source, &file, &flags);
+  if (absl::Status s = CheckValues(config, names); !s.ok()) return s;
+
+  AgentSettings settings;
+  if (config.has_listen()) settings.listen = config.listen();
+  if (!config.has_node()) return Required("node");
+  settings.node = config.node();
+  if (config.has_host()) settings.host = config.host();
+  if (!config.has_gpu_type()) return Required("gpu_type");
+
+  settings.profiles_dir = config.profiles_dir();
+  absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(settings.profiles_dir);
+  if (!catalog.ok()) return Prefixed(catalog.status(), names("profiles_dir"));
+  settings.catalog = *std::move(catalog);
+  absl::StatusOr<std::vector<ModelSpec>> models =
+      LoadModelCatalog(settings.profiles_dir);
+  if (!models.ok()) return Prefixed(models.status(), names("profiles_dir"));
+  settings.models = *std::move(models);
+
+  absl::StatusOr<int> type = settings.catalog.IndexOf(config.gpu_type());
+  if (!type.ok()) {
+    // A value the user wrote, not a missing resource: InvalidArgument.
+    return ValueError(names, "gpu_type", type.status().message());
+  }
+  settings.gpu_type = *type;
+
+  if (config.has_virtual_gpus()) {
+    settings.gpu_count = config.virtual_gpus();
+    settings.virtual_gpus = true;
+  } else if (cuda_devices > 0) {
+    settings.gpu_count = cuda_devices;
+    settings.virtual_gpus = false;
+  } else {
+    return absl::InvalidArgumentError(
+        "--virtual-gpus: required on a machine without CUDA GPUs (none "
+        "visible), got none");
+  }
+
+  settings.tls.cert_file = config.tls_cert();
+  settings.tls.key_file = config.tls_key();
+  settings.tls.client_ca_file = config.tls_client_ca();
+  // The checks MakeServerCredentials would also make, here in the names of
+  // the flags and fields the user wrote.
+  if (settings.tls.cert_file.empty() &&
+      (!settings.tls.key_file.empty() ||
+       !settings.tls.client_ca_file.empty())) {
+    const char* other =
+        settings.tls.key_file.empty() ? "tls_client_ca" : "tls_key";
+    return ValueError(
+        names, "tls_cert",
+        absl::StrCat("required with ", names(other), ", got none"));
+  }
+  if (!settings.tls.cert_file.empty() && settings.tls.key_file.empty()) {
+    return ValueError(
+        names, "tls_key",
+        absl::StrCat("required with ", names("tls_cert"), ", got none"));
+  }
+  if (!config.token_file().empty()) {
+    absl::StatusOr<std::string> token =
+        ReadBearerTokenFile(config.token_file(), names("token_file"));
+    if (!token.ok()) return token.status();
+    settings.bearer_token = *std::move(token);
+  }
+  settings.port_file = config.port_file();
+  if (config.has_grace_s()) settings.grace = absl::Seconds(config.grace_s());
+  return settings;
+}
+
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string temporary = absl::StrCat(path, ".tmp");
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << port << "\n";
+    out.close();
+    if (!out) {
+      return absl::UnavailableError(
+          absl::StrCat("port_file: cannot write \"", temporary, "\""));
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    return absl::UnavailableError(absl::StrCat(
+        "port_file: cannot rename \"", temporary, "\" to \"", path, "\""));
+  }
+  return absl::OkStatus();
+}
+
+AgentFlags::AgentFlags(CLI::App& app) {
+  const AgentSettings defaults;
+  listen_ = defaults.listen;
+  grace_s_ = absl::ToDoubleSeconds(defaults.grace);
+
+  app.add_option("--config", config_file_,
+                 "settings file (YAML or JSON, arachne.v1.AgentConfig: the "
+                 "flags below with '-' written '_'); flags given here "
+                 "override it");
+  listen_opt_ = app.add_option("--listen", listen_,
+                               "host:port to serve arachne.v1.Agent on (port "
+                               "0 picks one; see --port-file)")
+                    ->capture_default_str();
+  node_opt_ = app.add_option("--node", node_,
+                             "this node's name, as clusters and plans name it "
+                             "(required)");
+  host_ = defaults.host;
+  host_opt_ =
+      app.add_option("--host", host_,
+                     "address other nodes reach this node's ranks at (process "
+                     "groups and the migration transport listen there)")
+          ->capture_default_str();
+  gpu_type_opt_ = app.add_option(
+      "--gpu-type", gpu_type_,
+      "GPU type of this node: a catalog id or alias, e.g. A6000 (required)");
+  virtual_gpus_opt_ = app.add_option(
+      "--virtual-gpus", virtual_gpus_,
+      "CPU ranks standing in for N GPUs (required without CUDA GPUs; "
+      "default: every visible CUDA GPU)");
+  profiles_dir_opt_ = app.add_option(
+      "--profiles-dir", profiles_dir_,
+      "directory of gpus.yaml and models.yaml (default: built-in data)");
+  tls_cert_opt_ = app.add_option("--tls-cert", tls_cert_,
+                                 "server certificate chain (PEM); enables TLS");
+  tls_key_opt_ =
+      app.add_option("--tls-key", tls_key_, "private key of --tls-cert (PEM)");
+  tls_client_ca_opt_ = app.add_option(
+      "--tls-client-ca", tls_client_ca_,
+      "CA certificates (PEM) that client certificates must chain to; "
+      "enables mutual TLS");
+  token_file_opt_ = app.add_option(
+      "--token-file", token_file_,
+      "file holding the bearer token clients must send as 'authorization: "
+      "Bearer <token>' (a file, not a flag value, so it stays out of the "
+      "process list)");
+  port_file_opt_ =
+      app.add_option("--port-file", port_file_,
+                     "after listening, write the bound port to this file");
+  grace_s_opt_ =
+      app.add_option("--grace-s", grace_s_,
+                     "on SIGTERM/SIGINT, seconds calls in flight get to finish")
+          ->capture_default_str();
+}
+
+v1::AgentConfig AgentFlags::Given() const {
+  v1::AgentConfig given;
+  if (listen_opt_->count() > 0) given.set_listen(listen_);
+  if (node_opt_->count() > 0) given.set_node(node_);
+  if (host_opt_->count() > 0) given.set_host(host_);
+  if (gpu_type_opt_->count() > 0) given.set_gpu_type(gpu_type_);
+  if (virtual_gpus_opt_->count() > 0) given.set_virtual_gpus(virtual_gpus_);
+  if (profiles_dir_opt_->count() > 0) given.set_profiles_dir(profiles_dir_);
+  if (tls_cert_opt_->count() > 0) given.set_tls_cert(tls_cert_);
+  if (tls_key_opt_->count() > 0) given.set_tls_key(tls_key_);
+  if (tls_client_ca_opt_->count() > 0) given.set_tls_client_ca(tls_client_ca_);
+  if (token_file_opt_->count() > 0) given.set_token_file(token_file_);
+  if (port_file_opt_->count() > 0) given.set_port_file(port_file_);
+  if (grace_s_opt_->count() > 0) given.set_grace_s(grace_s_);
+  return given;
+}
+
+absl::StatusOr<AgentSettings> AgentFlags::Settings(int cuda_devices) const {
+  v1::AgentConfig file;
+  if (!config_file_.empty()) {
+    absl::StatusOr<v1::AgentConfig> loaded = LoadAgentConfigFile(config_file_);
+    if (!loaded.ok()) return loaded.status();
+    file = *std::move(loaded);
+  }
+  return ResolveAgentConfig(file, config_file_, Given(), cuda_devices);
+}
+
+}  // namespace arachne::agent

@@ -1,0 +1,111 @@
+// The settings of `arachne-agent` from its command line and an optional
+// configuration file (`--config FILE`, YAML or JSON, schema
+// arachne.v1.AgentConfig in proto/arachne/v1/agent_config.proto). Every flag
+// is a field of the same name ('-' written '_'); a flag given on the command
+// line overrides the file, a field in neither keeps its default.
+//
+// Errors name the setting where the user wrote it: "--gpu-type: unknown GPU
+// type \"B300\"; known: ..." for a flag, "agent.yaml: gpu_type: ..." for a
+// file field, and the flag for a setting given nowhere ("--node: required
+// (or node in the config file), got none"). All are InvalidArgument except
+// files that cannot be read (NotFound naming the setting and the path).
+//
+// Kept apart from main.cc and from the training runtime (target
+// arachne_agent_config needs neither LibTorch nor the runtime) so that
+// reading, merging and checking are tested (test/agent/agent_config_test.cc).
+#ifndef ARACHNE_WORKER_AGENT_AGENT_CONFIG_H_
+#define ARACHNE_WORKER_AGENT_AGENT_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "arachne/v1/agent_config.pb.h"
+#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model.h"
+#include "rpc/credentials.h"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace arachne::agent {
+
+// Everything main.cc needs to run the agent, resolved and checked.
+struct AgentSettings {
+  std::string listen = "127.0.0.1:0";  // port 0 picks a free one
+  std::string node;
+  // Where other nodes reach this node's ranks (NodeGpus::host).
+  std::string host = "127.0.0.1";
+  int gpu_type = -1;  // index into `catalog`
+  int gpu_count = 0;
+  bool virtual_gpus = true;       // CPU ranks standing in for GPUs
+  std::string profiles_dir;       // "" = built-in data
+  GpuCatalog catalog;             // from profiles_dir
+  std::vector<ModelSpec> models;  // the model catalog, from profiles_dir
+  ServerTlsConfig tls;
+  std::string bearer_token;  // read from token_file; "" = none
+  std::string port_file;     // "" = none
+  absl::Duration grace = absl::Seconds(10);
+};
+
+// Parses `text` (YAML or JSON) read from `source` and checks each value it
+// gives, naming "<source>: <field>". Unknown fields, wrong types and
+// out-of-range integers are errors too.
+absl::StatusOr<v1::AgentConfig> ParseAgentConfig(absl::string_view text,
+                                                 absl::string_view source);
+// ParseAgentConfig of the file at `path`; NotFound when it cannot be read.
+absl::StatusOr<v1::AgentConfig> LoadAgentConfigFile(const std::string& path);
+
+// `file` (read from `file_source`, "" for none) with every field set in
+// `flags` replacing the file's value, then checked and resolved: the GPU
+// type in the catalog of profiles_dir, the bearer token read from
+// token_file, TLS files paired. `cuda_devices` is the number of CUDA GPUs
+// this machine has (0 without CUDA): with no virtual_gpus the agent uses
+// all of them, and with none virtual_gpus is required.
+absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
+                                                 absl::string_view file_source,
+                                                 const v1::AgentConfig& flags,
+                                                 int cuda_devices);
+
+// Writes `port` (decimal and a newline) to `path` through a temporary file
+// renamed into place, so a reader polling for the file never reads a
+// partial one. Unavailable "port_file: ..." naming the path on failure.
+absl::Status WritePortFile(const std::string& path, int port);
+
+// The command line of arachne-agent: --config plus one flag per AgentConfig
+// field. Values are checked by Settings(), not by CLI11, so that every bad
+// value is reported in the same words (main.cc exits 2 with them).
+class AgentFlags {
+ public:
+  // Adds the flags to `app`, which must outlive this object's use.
+  explicit AgentFlags(CLI::App& app);
+
+  // After app.parse(): the --config path ("" when not given) and the flags
+  // given on the command line (flags not given are unset there, so they do
+  // not override the file).
+  const std::string& config_file() const { return config_file_; }
+  v1::AgentConfig Given() const;
+
+  // Config file (if any) merged with the flags given, resolved
+  // (ResolveAgentConfig).
+  absl::StatusOr<AgentSettings> Settings(int cuda_devices) const;
+
+ private:
+  std::string config_file_;
+  std::string listen_, node_, host_, gpu_type_, profiles_dir_;
+  int virtual_gpus_ = 0;
+  std::string tls_cert_, tls_key_, tls_client_ca_, token_file_, port_file_;
+  double grace_s_ = 0;
+  CLI::Option *listen_opt_, *node_opt_, *host_opt_, *gpu_type_opt_,
+      *virtual_gpus_opt_, *profiles_dir_opt_, *tls_cert_opt_, *tls_key_opt_,
+      *tls_client_ca_opt_, *token_file_opt_, *port_file_opt_, *grace_s_opt_;
+};
+
+}  // namespace arachne::agent
+
+#endif  // ARACHNE_WORKER_AGENT_AGENT_CONFIG_H_

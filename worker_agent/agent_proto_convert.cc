@@ -1,0 +1,367 @@
+#include "worker_agent/agent_proto_convert.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "planner_service/io/cluster_io.h"
+#include "planner_service/io/message_json.h"
+#include "planner_service/io/model_io.h"
+#include "planner_service/io/plan_io.h"
+#include "planner_service/server/planner_handler_impl.h"
+#include "planner_service/server/proto_convert.h"
+
+namespace arachne::agent {
+namespace {
+
+absl::Status FieldError(absl::string_view field, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
+}
+
+absl::Status Missing(absl::string_view field) {
+  return FieldError(field, "required, got none");
+}
+
+// `lost` GPUs, each a GPU of `old_cluster`.
+absl::StatusOr<std::vector<migration::GpuId>> LostFromProto(
+    const google::protobuf::RepeatedPtrField<v1::GpuRef>& lost,
+    const Cluster& old_cluster) {
+  absl::flat_hash_map<std::string, int> gpus_of;
+  for (const Node& n : old_cluster.nodes()) gpus_of[n.name] = n.num_gpus;
+  std::vector<migration::GpuId> out;
+  for (int i = 0; i < lost.size(); ++i) {
+    const v1::GpuRef& g = lost[i];
+    const std::string at = absl::StrCat("lost[", i, "]");
+    auto it = gpus_of.find(g.node());
+    if (it == gpus_of.end()) {
+      return FieldError(
+          absl::StrCat(at, ".node"),
+          absl::StrCat("unknown node \"", g.node(), "\" (not in old_cluster)"));
+    }
+    if (g.index() < 0 || g.index() >= it->second) {
+      return FieldError(
+          absl::StrCat(at, ".index"),
+          absl::StrCat("must be in 0..", it->second - 1, " (node \"", g.node(),
+                       "\" has ", it->second, " GPUs), got ", g.index()));
+    }
+    out.push_back({g.node(), g.index()});
+  }
+  return out;
+}
+
+v1::Model ModelSpecToProto(const ModelSpec& model) {
+  v1::Model out;
+  // The catalog-entry tree and the message are one schema; a failure is a
+  // bug here.
+  absl::Status s = MessageFromJson(ModelToJson(model), "", "", &out);
+  CHECK(s.ok()) << s;
+  return out;
+}
+
+v1::GpuRef GpuRefToProto(const migration::GpuId& gpu) {
+  v1::GpuRef out;
+  out.set_node(gpu.node);
+  out.set_index(gpu.index);
+  return out;
+}
+
+void TimingToProto(const PhaseTiming& t, v1::PhaseTiming* out) {
+  out->set_seconds(t.seconds);
+  out->set_bytes_sent(t.bytes_sent);
+  out->set_bytes_received(t.bytes_received);
+}
+
+PhaseTiming TimingFromProto(const v1::PhaseTiming& t) {
+  return {t.seconds(), t.bytes_sent(), t.bytes_received()};
+}
+
+}  // namespace
+
+absl::Status CheckGeneration(int64_t generation) {
+  if (generation >= 1) return absl::OkStatus();
+  return FieldError("generation",
+                    absl::StrCat("must be an integer >= 1, got ", generation));
+}
+
+absl::StatusOr<absl::Duration> PhaseTimeoutFromProto(double timeout_s,
+                                                     absl::string_view field) {
+  if (!std::isfinite(timeout_s) || timeout_s < 0) {
+    return FieldError(field,
+                      absl::StrCat("must be >= 0 seconds (0 = ",
+                                   absl::FormatDuration(kDefaultPhaseTimeout),
+                                   "), got ", timeout_s));
+  }
+  if (timeout_s == 0) return kDefaultPhaseTimeout;
+  return absl::Seconds(timeout_s);
+}
+
+EngineConfig EngineConfigFromProto(const v1::EngineConfig& e) {
+  EngineConfig out;
+  if (e.has_learning_rate()) out.learning_rate = e.learning_rate();
+  if (e.has_warmup_iterations()) out.warmup_iterations = e.warmup_iterations();
+  if (e.has_adam_beta1()) out.adam_beta1 = e.adam_beta1();
+  if (e.has_adam_beta2()) out.adam_beta2 = e.adam_beta2();
+  if (e.has_adam_eps()) out.adam_eps = e.adam_eps();
+  if (e.has_weight_decay()) out.weight_decay = e.weight_decay();
+  if (e.has_data_seed()) out.data_seed = e.data_seed();
+  if (e.has_init_seed()) out.init_seed = e.init_seed();
+  return out;
+}
+
+v1::EngineConfig EngineConfigToProto(const EngineConfig& e) {
+  v1::EngineConfig out;
+  out.set_learning_rate(e.learning_rate);
+  out.set_warmup_iterations(e.warmup_iterations);
+  out.set_adam_beta1(e.adam_beta1);
+  out.set_adam_beta2(e.adam_beta2);
+  out.set_adam_eps(e.adam_eps);
+  out.set_weight_decay(e.weight_decay);
+  out.set_data_seed(e.data_seed);
+  out.set_init_seed(e.init_seed);
+  return out;
+}
+
+absl::StatusOr<PrepareArgs> PrepareArgsFromProto(
+    const v1::PrepareRequest& request, const GpuCatalog& catalog,
+    const std::vector<ModelSpec>& models) {
+  PrepareArgs args;
+  if (absl::Status s = CheckGeneration(request.generation()); !s.ok()) {
+    return s;
+  }
+  args.generation = request.generation();
+
+  const bool has_ref = !request.model().name().empty() ||
+                       !request.model().hf_config_json().empty();
+  if (has_ref && request.has_model_spec()) {
+    return FieldError("model_spec",
+                      "give either model or model_spec, not both");
+  }
+  if (request.has_model_spec()) {
+    absl::StatusOr<ModelSpec> m =
+        ModelFromMessage(request.model_spec(), "", "model_spec");
+    if (!m.ok()) return m.status();
+    args.job.model = *std::move(m);
+  } else if (has_ref) {
+    absl::StatusOr<ModelSpec> m =
+        ResolveModelRef(ModelRefFromProto(request.model()), models);
+    if (!m.ok()) return m.status();
+    args.job.model = *std::move(m);
+  } else {
+    return FieldError("model",
+                      "required (model.name, model.hf_config_json or "
+                      "model_spec), got none");
+  }
+  absl::StatusOr<TrainingConfig> training =
+      ResolveTraining(TrainingFromProto(request.training()));
+  if (!training.ok()) return training.status();
+  args.job.training = *training;
+  args.job.engine = EngineConfigFromProto(request.engine());
+
+  if (!request.has_cluster()) return Missing("cluster");
+  absl::StatusOr<Cluster> cluster =
+      ClusterFromMessage(request.cluster(), catalog, "", "cluster");
+  if (!cluster.ok()) return cluster.status();
+  args.cluster = *std::move(cluster);
+  if (!request.has_plan()) return Missing("plan");
+  absl::StatusOr<Plan> plan = PlanFromMessage(
+      request.plan().templates(), args.cluster, catalog, "", "plan");
+  if (!plan.ok()) return plan.status();
+  args.plan = *std::move(plan);
+
+  if (request.has_old_plan() != request.has_old_cluster()) {
+    return request.has_old_plan()
+               ? FieldError("old_cluster", "required with old_plan, got none")
+               : FieldError("old_plan", "required with old_cluster, got none");
+  }
+  if (request.has_old_plan()) {
+    absl::StatusOr<Cluster> old_cluster =
+        ClusterFromMessage(request.old_cluster(), catalog, "", "old_cluster");
+    if (!old_cluster.ok()) return old_cluster.status();
+    absl::StatusOr<Plan> old_plan = PlanFromMessage(
+        request.old_plan().templates(), *old_cluster, catalog, "", "old_plan");
+    if (!old_plan.ok()) return old_plan.status();
+    absl::StatusOr<std::vector<migration::GpuId>> lost =
+        LostFromProto(request.lost(), *old_cluster);
+    if (!lost.ok()) return lost.status();
+    args.old_cluster = *std::move(old_cluster);
+    args.old_plan = *std::move(old_plan);
+    args.lost = *std::move(lost);
+  } else if (!request.lost().empty()) {
+    return FieldError("lost", absl::StrCat("only with old_plan (lost GPUs are "
+                                           "GPUs of the old plan), got ",
+                                           request.lost_size()));
+  }
+  args.store_address = request.store_address();
+  args.checkpoint_dir = request.checkpoint_dir();
+  return args;
+}
+
+v1::PrepareRequest PrepareRequestFromArgs(const PrepareArgs& args,
+                                          const GpuCatalog& catalog) {
+  v1::PrepareRequest r;
+  r.set_generation(args.generation);
+  *r.mutable_model_spec() = ModelSpecToProto(args.job.model);
+  v1::TrainingConfig* t = r.mutable_training();
+  t->set_seq_len(args.job.training.seq_len);
+  t->set_global_batch(args.job.training.global_batch);
+  t->set_precision(std::string(PrecisionName(args.job.training.precision)));
+  t->set_recompute(std::string(RecomputeName(args.job.training.recompute)));
+  t->set_distributed_optimizer(args.job.training.distributed_optimizer);
+  *r.mutable_engine() = EngineConfigToProto(args.job.engine);
+  // Plans are written as plan files are (templates of a PlanDocument); the
+  // prediction is not part of a switch.
+  const auto templates_of = [&](const Plan& plan, const Cluster& cluster) {
+    return PlanToDocument(plan, Prediction{}, cluster, catalog, args.job.model,
+                          args.job.training)
+        .templates();
+  };
+  *r.mutable_cluster() = ClusterToMessage(args.cluster, catalog);
+  *r.mutable_plan()->mutable_templates() =
+      templates_of(args.plan, args.cluster);
+  if (args.old_plan.has_value() && args.old_cluster.has_value()) {
+    *r.mutable_old_cluster() = ClusterToMessage(*args.old_cluster, catalog);
+    *r.mutable_old_plan()->mutable_templates() =
+        templates_of(*args.old_plan, *args.old_cluster);
+  }
+  for (const migration::GpuId& g : args.lost) {
+    *r.add_lost() = GpuRefToProto(g);
+  }
+  r.set_store_address(args.store_address);
+  r.set_checkpoint_dir(args.checkpoint_dir);
+  return r;
+}
+
+v1::PrepareResponse PrepareResultToProto(const PrepareResult& result) {
+  v1::PrepareResponse out;
+  out.set_bytes_to_receive(result.bytes_to_receive);
+  out.set_bytes_to_send(result.bytes_to_send);
+  out.set_bytes_kept(result.bytes_kept);
+  out.set_estimated_seconds(result.estimated_seconds);
+  return out;
+}
+
+PrepareResult PrepareResultFromProto(const v1::PrepareResponse& r) {
+  return {r.bytes_to_receive(), r.bytes_to_send(), r.bytes_kept(),
+          r.estimated_seconds()};
+}
+
+v1::Phase PhaseToProto(Phase phase) {
+  switch (phase) {
+    case Phase::kIdle:
+      return v1::PHASE_IDLE;
+    case Phase::kPrepared:
+      return v1::PHASE_PREPARED;
+    case Phase::kPaused:
+      return v1::PHASE_PAUSED;
+    case Phase::kMigrated1:
+      return v1::PHASE_MIGRATED1;
+    case Phase::kMigrated2:
+      return v1::PHASE_MIGRATED2;
+    case Phase::kRebuilt:
+      return v1::PHASE_REBUILT;
+    case Phase::kRunning:
+      return v1::PHASE_RUNNING;
+    case Phase::kStopped:
+      return v1::PHASE_STOPPED;
+    case Phase::kFailed:
+      return v1::PHASE_FAILED;
+  }
+  LOG(FATAL) << "unknown Phase " << static_cast<int>(phase);
+}
+
+absl::StatusOr<Phase> PhaseFromProto(v1::Phase phase) {
+  switch (phase) {
+    case v1::PHASE_IDLE:
+      return Phase::kIdle;
+    case v1::PHASE_PREPARED:
+      return Phase::kPrepared;
+    case v1::PHASE_PAUSED:
+      return Phase::kPaused;
+    case v1::PHASE_MIGRATED1:
+      return Phase::kMigrated1;
+    case v1::PHASE_MIGRATED2:
+      return Phase::kMigrated2;
+    case v1::PHASE_REBUILT:
+      return Phase::kRebuilt;
+    case v1::PHASE_RUNNING:
+      return Phase::kRunning;
+    case v1::PHASE_STOPPED:
+      return Phase::kStopped;
+    case v1::PHASE_FAILED:
+      return Phase::kFailed;
+    default:
+      break;
+  }
+  return FieldError("phase",
+                    absl::StrCat("unknown phase ", static_cast<int>(phase)));
+}
+
+v1::StatusResponse NodeStatusToProto(const NodeStatus& s, const NodeGpus& gpus,
+                                     const GpuCatalog& catalog) {
+  v1::StatusResponse out;
+  out.set_current_generation(s.current_generation);
+  out.set_prepared_generation(s.prepared_generation);
+  out.set_phase(PhaseToProto(s.phase));
+  out.set_iteration(s.iteration);
+  out.set_loss(s.loss);
+  for (const RankStatus& r : s.ranks) {
+    v1::RankStatus* o = out.add_ranks();
+    *o->mutable_gpu() = GpuRefToProto(r.gpu);
+    o->set_in_plan(r.in_plan);
+    o->set_iteration(r.iteration);
+    o->set_loss(r.loss);
+    o->set_iteration_seconds(r.iteration_seconds);
+    o->set_tokens_per_second(r.tokens_per_second);
+    o->set_state_bytes(r.state_bytes);
+    o->set_peak_rss_bytes(r.peak_rss_bytes);
+    o->set_error(r.error);
+  }
+  TimingToProto(s.pause, out.mutable_pause());
+  TimingToProto(s.stage1, out.mutable_stage1());
+  TimingToProto(s.stage2, out.mutable_stage2());
+  TimingToProto(s.rebuild_groups, out.mutable_rebuild_groups());
+  TimingToProto(s.rebuild_engines, out.mutable_rebuild_engines());
+  TimingToProto(s.resume, out.mutable_resume());
+  out.set_node(gpus.node);
+  if (gpus.gpu_type >= 0 && gpus.gpu_type < catalog.size()) {
+    out.set_gpu_type(catalog.type(gpus.gpu_type).id);
+  }
+  out.set_gpus(gpus.count);
+  out.set_virtual_gpus(gpus.virtual_gpus);
+  return out;
+}
+
+absl::StatusOr<NodeStatus> NodeStatusFromProto(const v1::StatusResponse& r) {
+  NodeStatus s;
+  s.current_generation = r.current_generation();
+  s.prepared_generation = r.prepared_generation();
+  absl::StatusOr<Phase> phase = PhaseFromProto(r.phase());
+  if (!phase.ok()) return phase.status();
+  s.phase = *phase;
+  s.iteration = r.iteration();
+  s.loss = r.loss();
+  for (const v1::RankStatus& o : r.ranks()) {
+    RankStatus rank;
+    rank.gpu = {o.gpu().node(), o.gpu().index()};
+    rank.in_plan = o.in_plan();
+    rank.iteration = o.iteration();
+    rank.loss = o.loss();
+    rank.iteration_seconds = o.iteration_seconds();
+    rank.tokens_per_second = o.tokens_per_second();
+    rank.state_bytes = o.state_bytes();
+    rank.peak_rss_bytes = o.peak_rss_bytes();
+    rank.error = o.error();
+    s.ranks.push_back(std::move(rank));
+  }
+  s.pause = TimingFromProto(r.pause());
+  s.stage1 = TimingFromProto(r.stage1());
+  s.stage2 = TimingFromProto(r.stage2());
+  s.rebuild_groups = TimingFromProto(r.rebuild_groups());
+  s.rebuild_engines = TimingFromProto(r.rebuild_engines());
+  s.resume = TimingFromProto(r.resume());
+  return s;
+}
+
+}  // namespace arachne::agent

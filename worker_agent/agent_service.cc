@@ -1,0 +1,264 @@
+#include "worker_agent/agent_service.h"
+
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "rpc/grpc_status.h"
+#include "worker_agent/agent_proto_convert.h"
+
+namespace arachne::agent {
+namespace {
+
+// The request's phase timeout, capped by the time left to the call's
+// deadline: the runtime must not keep a phase going after its caller gave
+// up on the answer.
+absl::StatusOr<absl::Duration> PhaseTimeout(const grpc::ServerContext& context,
+                                            double timeout_s) {
+  absl::StatusOr<absl::Duration> timeout =
+      PhaseTimeoutFromProto(timeout_s, "timeout_s");
+  if (!timeout.ok()) return timeout.status();
+  const auto deadline = context.deadline();
+  // gRPC reports "no deadline" as the far future.
+  if (deadline >= std::chrono::system_clock::time_point::max() -
+                      std::chrono::hours(24 * 365)) {
+    return timeout;
+  }
+  const absl::Duration left = absl::FromChrono(deadline) - absl::Now();
+  if (left <= absl::ZeroDuration()) {
+    return absl::DeadlineExceededError(
+        "the call's deadline passed before the phase could start");
+  }
+  return std::min(*timeout, left);
+}
+
+}  // namespace
+
+AgentService::AgentService(NodeRuntime* runtime, GpuCatalog catalog,
+                           std::vector<ModelSpec> models,
+                           AgentServiceConfig config)
+    : runtime_(runtime),
+      catalog_(std::move(catalog)),
+      models_(std::move(models)),
+      config_(std::move(config)) {
+  CHECK(runtime_ != nullptr);
+}
+
+template <typename Work>
+grpc::Status AgentService::Run(grpc::ServerContext* context, const char* method,
+                               int64_t generation, Work work) {
+  const absl::Time start = absl::Now();
+  absl::Status status = CheckBearerToken(*context, config_.bearer_token);
+  if (status.ok()) {
+    // The runtime reports failures as Status; an exception escaping it
+    // (LibTorch throws) must still not take the agent and its other ranks
+    // down.
+    try {
+      status = work();
+    } catch (const std::exception& e) {
+      status = absl::InternalError(
+          absl::StrCat(method, ": unexpected exception: ", e.what()));
+    } catch (...) {
+      status =
+          absl::InternalError(absl::StrCat(method, ": unexpected exception"));
+    }
+  }
+  const absl::Duration took = absl::Now() - start;
+  if (status.ok()) {
+    LOG(INFO) << method << "(g" << generation << ") from " << context->peer()
+              << " OK in " << absl::FormatDuration(took);
+  } else {
+    LOG(WARNING) << method << "(g" << generation << ") from " << context->peer()
+                 << " " << absl::StatusCodeToString(status.code()) << " in "
+                 << absl::FormatDuration(took) << ": " << status.message();
+  }
+  return ToGrpcStatus(status);
+}
+
+grpc::Status AgentService::Prepare(grpc::ServerContext* context,
+                                   const v1::PrepareRequest* request,
+                                   v1::PrepareResponse* response) {
+  return Run(context, "Prepare", request->generation(), [&]() -> absl::Status {
+    absl::StatusOr<PrepareArgs> args =
+        PrepareArgsFromProto(*request, catalog_, models_);
+    if (!args.ok()) return args.status();
+    if (absl::Status s = args->job.engine.Validate(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("engine: ", s.message()));
+    }
+    absl::StatusOr<PrepareResult> result = runtime_->Prepare(*args);
+    if (!result.ok()) return result.status();
+    *response = PrepareResultToProto(*result);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status AgentService::Pause(grpc::ServerContext* context,
+                                 const v1::PauseRequest* request,
+                                 v1::PauseResponse* response) {
+  return Run(context, "Pause", request->generation(), [&]() -> absl::Status {
+    if (absl::Status s = CheckGeneration(request->generation()); !s.ok()) {
+      return s;
+    }
+    if (request->at_iteration() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("at_iteration: must be an integer >= 0, got ",
+                       request->at_iteration()));
+    }
+    absl::StatusOr<absl::Duration> timeout =
+        PhaseTimeout(*context, request->timeout_s());
+    if (!timeout.ok()) return timeout.status();
+    absl::StatusOr<int64_t> stopped = runtime_->Pause(
+        request->generation(), request->at_iteration(), *timeout);
+    if (!stopped.ok()) return stopped.status();
+    response->set_iteration(*stopped);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status AgentService::Migrate(grpc::ServerContext* context,
+                                   const v1::MigrateRequest* request,
+                                   v1::MigrateResponse*) {
+  return Run(context, "Migrate", request->generation(), [&]() -> absl::Status {
+    if (absl::Status s = CheckGeneration(request->generation()); !s.ok()) {
+      return s;
+    }
+    if (request->stage() != 1 && request->stage() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage: must be 1 or 2, got ", request->stage()));
+    }
+    absl::StatusOr<absl::Duration> timeout =
+        PhaseTimeout(*context, request->timeout_s());
+    if (!timeout.ok()) return timeout.status();
+    return runtime_->Migrate(request->generation(), request->stage(), *timeout);
+  });
+}
+
+grpc::Status AgentService::Rebuild(grpc::ServerContext* context,
+                                   const v1::RebuildRequest* request,
+                                   v1::RebuildResponse*) {
+  return Run(context, "Rebuild", request->generation(), [&]() -> absl::Status {
+    if (absl::Status s = CheckGeneration(request->generation()); !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<absl::Duration> timeout =
+        PhaseTimeout(*context, request->timeout_s());
+    if (!timeout.ok()) return timeout.status();
+    return runtime_->Rebuild(request->generation(), *timeout);
+  });
+}
+
+grpc::Status AgentService::Commit(grpc::ServerContext* context,
+                                  const v1::CommitRequest* request,
+                                  v1::CommitResponse*) {
+  return Run(context, "Commit", request->generation(), [&]() -> absl::Status {
+    if (absl::Status s = CheckGeneration(request->generation()); !s.ok()) {
+      return s;
+    }
+    return runtime_->Commit(request->generation());
+  });
+}
+
+grpc::Status AgentService::Resume(grpc::ServerContext* context,
+                                  const v1::ResumeRequest* request,
+                                  v1::ResumeResponse*) {
+  return Run(context, "Resume", request->generation(), [&]() -> absl::Status {
+    if (absl::Status s = CheckGeneration(request->generation()); !s.ok()) {
+      return s;
+    }
+    if (request->run_until() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "run_until: must be an integer >= 0 (0 = until paused), got ",
+          request->run_until()));
+    }
+    return runtime_->Resume(request->generation(), request->run_until());
+  });
+}
+
+grpc::Status AgentService::Abort(grpc::ServerContext* context,
+                                 const v1::AbortRequest* request,
+                                 v1::AbortResponse*) {
+  return Run(context, "Abort", request->generation(), [&]() -> absl::Status {
+    if (absl::Status s = CheckGeneration(request->generation()); !s.ok()) {
+      return s;
+    }
+    return runtime_->Abort(request->generation());
+  });
+}
+
+grpc::Status AgentService::Status(grpc::ServerContext* context,
+                                  const v1::StatusRequest* request,
+                                  v1::StatusResponse* response) {
+  return Run(context, "Status", request->generation(), [&]() -> absl::Status {
+    *response =
+        NodeStatusToProto(runtime_->Status(), runtime_->gpus(), catalog_);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status AgentService::SaveCheckpoint(
+    grpc::ServerContext* context, const v1::SaveCheckpointRequest* request,
+    v1::SaveCheckpointResponse*) {
+  return Run(
+      context, "SaveCheckpoint", request->generation(), [&]() -> absl::Status {
+        if (absl::Status s = CheckGeneration(request->generation()); !s.ok()) {
+          return s;
+        }
+        if (request->dir().empty()) {
+          return absl::InvalidArgumentError("dir: required, got none");
+        }
+        return runtime_->SaveCheckpoint(request->generation(), request->dir());
+      });
+}
+
+// ---- AgentServer ----
+
+absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
+    AgentService* service, const AgentServerConfig& config) {
+  CHECK(service != nullptr);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(config.tls);
+  if (!credentials.ok()) return credentials.status();
+  if (!IsLoopbackAddress(config.listen) && !config.tls.enabled()) {
+    LOG(WARNING) << "listening on " << config.listen
+                 << " without TLS: anyone who can reach it can drive this "
+                    "node's training; give --tls-cert/--tls-key or bind "
+                    "127.0.0.1";
+  }
+  // Process-wide switch; must precede BuildAndStart.
+  grpc::EnableDefaultHealthCheckService(true);
+  std::unique_ptr<AgentServer> s(new AgentServer());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, *credentials, &s->port_);
+  builder.RegisterService(service);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("listen: cannot bind ", config.listen));
+  }
+  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  LOG(INFO) << "arachne-agent serving on " << config.listen << " (port "
+            << s->port_ << "), "
+            << (config.tls.enabled()
+                    ? (config.tls.client_ca_file.empty() ? "TLS" : "mutual TLS")
+                    : "plaintext");
+  return s;
+}
+
+AgentServer::~AgentServer() { Shutdown(absl::ZeroDuration()); }
+
+void AgentServer::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  LOG(INFO) << "shutting down, grace " << absl::FormatDuration(grace);
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  server_->Wait();
+}
+
+}  // namespace arachne::agent

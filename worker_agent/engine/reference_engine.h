@@ -1,0 +1,88 @@
+// The reference training engine (LibTorch, CPU): a decoder-only GPT of the
+// LLaMA shape (RMSNorm, rotary attention, SwiGLU MLP, untied LM head) built
+// from the same ModelSpec the planner plans, trained on SyntheticCorpus.
+// It executes any plan of migration::PlanLayout's structure with dense
+// layers:
+//  - pipeline stages on the 1F1B schedule, exchanging activations and their
+//    gradients point to point between stages (any TP degree on either side);
+//  - Megatron tensor parallelism: column-parallel q/k/v/gate/up and LM head,
+//    row-parallel o/down, a vocabulary-parallel embedding;
+//  - gradient sync over every replica (of any template) that holds a
+//    parameter, in canonical layout, so replicas of different TP degrees and
+//    layer splits reduce together;
+//  - the global batch split into the plan's micro-batches by sample index,
+//    and the loss scaled by the global token count, so one iteration's
+//    mathematics is the same under every plan.
+// It computes in fp32 on the master weights; the bf16 weight tensor of the
+// layout is kept as their rounding after every step, so the state moved is
+// that of a mixed-precision engine. Collectives are c10d ProcessGroupGloo
+// groups created through the job's TCPStore under "arachne/g<N>/<group>".
+// This header keeps LibTorch out of its includers.
+#ifndef ARACHNE_WORKER_AGENT_ENGINE_REFERENCE_ENGINE_H_
+#define ARACHNE_WORKER_AGENT_ENGINE_REFERENCE_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "migration/core/state_layout.h"
+#include "planner_service/core/cluster.h"
+#include "planner_service/core/plan.h"
+#include "worker_agent/engine/engine.h"
+
+namespace arachne::agent {
+
+// The int64 scalars the reference engine keeps in "train_state:scalars".
+inline constexpr int kReferenceScalars = 8;
+enum ReferenceScalar {
+  kScalarFormat = 0,     // kReferenceStateFormat
+  kScalarStep = 1,       // optimizer steps done = LR-schedule position
+  kScalarCursor = 2,     // next sample index of the corpus
+  kScalarDataSeed = 3,   // the corpus' seed (its RNG state with the cursor)
+  kScalarInitSeed = 4,
+  kScalarGlobalBatch = 5,
+  kScalarSeqLen = 6,
+};
+inline constexpr int64_t kReferenceStateFormat = 1;
+
+// The state layout of a job on the reference engine.
+absl::StatusOr<migration::ModelState> ReferenceModelState(const JobSpec& job);
+
+// InvalidArgument naming the field when the reference engine cannot run
+// `plan` (MoE layers, TP not dividing heads / kv heads / ffn / vocab, a
+// micro-batch split that does not add up to the global batch, ...).
+absl::Status CheckReferencePlan(const JobSpec& job, const Plan& plan);
+
+struct EngineArgs {
+  JobSpec job;
+  Plan plan;
+  const migration::ModelState* state = nullptr;  // ReferenceModelState(job)
+  const migration::PlanLayout* layout = nullptr;
+  int plan_rank = 0;  // this rank: an index into layout->gpus()
+  int64_t generation = 1;
+  std::string store_address;  // the job's TCPStore, host:port
+  std::string listen_host = "127.0.0.1";  // where this rank's groups listen
+  absl::Duration timeout = absl::Seconds(60);  // connects and collectives
+  // Fresh weights from job.engine.init_seed; otherwise the caller loads a
+  // state (LoadState) before the first iteration.
+  bool initialize = true;
+};
+
+struct EngineBuildTiming {
+  double groups_seconds = 0;  // process groups of the plan
+  double build_seconds = 0;   // modules, parameters, optimizer state
+};
+
+// Builds the engine of one rank: connects its process groups (a collective
+// over the plan's ranks: every rank of the plan must call it) and its
+// parameters. Errors: CheckReferencePlan's, Unavailable/DeadlineExceeded
+// when peers do not connect.
+absl::StatusOr<std::unique_ptr<Engine>> CreateReferenceEngine(
+    const EngineArgs& args, EngineBuildTiming* timing = nullptr);
+
+}  // namespace arachne::agent
+
+#endif  // ARACHNE_WORKER_AGENT_ENGINE_REFERENCE_ENGINE_H_

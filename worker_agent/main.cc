@@ -1,0 +1,105 @@
+// arachne-agent: one node's training ranks behind the arachne.v1.Agent gRPC
+// service (docs/agent.md). Its flags and config file are read by AgentFlags
+// (agent_config.h); everything else takes typed configs.
+#include <pthread.h>
+#include <signal.h>
+
+#include <iostream>
+#include <memory>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "glog/logging.h"
+#include "worker_agent/agent_config.h"
+#include "worker_agent/agent_service.h"
+#include "worker_agent/node_runtime.h"
+#ifdef ARACHNE_AGENT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace {
+
+// CUDA GPUs this process can use; 0 in a build without CUDA or on a
+// machine without a driver or device (then --virtual-gpus is required).
+int VisibleCudaDevices() {
+#ifdef ARACHNE_AGENT_HAVE_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  return count;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"arachne-agent: one node's training ranks (arachne.v1.Agent)"};
+  arachne::agent::AgentFlags flags(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help answers 0; every other parse error is a usage error like a
+    // bad value below.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "arachne-agent: " << e.what() << "\n";
+    return 2;
+  }
+  // Bad settings (file or flags) are a usage error: exit 2 with the message
+  // naming the setting and the value, before anything starts.
+  absl::StatusOr<arachne::agent::AgentSettings> settings =
+      flags.Settings(VisibleCudaDevices());
+  if (!settings.ok()) {
+    std::cerr << "arachne-agent: " << settings.status().message() << "\n";
+    return 2;
+  }
+
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+
+  // Block the stop signals in every thread (gRPC's and the ranks', which
+  // inherit this mask) so that only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto runtime = std::make_unique<arachne::agent::NodeRuntime>(
+      arachne::agent::NodeGpus{.node = settings->node,
+                               .gpu_type = settings->gpu_type,
+                               .count = settings->gpu_count,
+                               .virtual_gpus = settings->virtual_gpus,
+                               .host = settings->host},
+      settings->catalog);
+  arachne::agent::AgentService service(
+      runtime.get(), settings->catalog, settings->models,
+      {.bearer_token = settings->bearer_token});
+  auto server = arachne::agent::AgentServer::Start(
+      &service, {.listen = settings->listen, .tls = settings->tls});
+  if (!server.ok()) {
+    std::cerr << "arachne-agent: " << server.status().message() << "\n";
+    return 2;
+  }
+  LOG(INFO) << "node " << settings->node << ": " << settings->gpu_count << " "
+            << (settings->virtual_gpus ? "virtual " : "")
+            << settings->catalog.type(settings->gpu_type).id << " GPUs"
+            << (settings->bearer_token.empty() ? "" : ", bearer token");
+  if (!settings->port_file.empty()) {
+    if (absl::Status s = arachne::agent::WritePortFile(settings->port_file,
+                                                       (*server)->port());
+        !s.ok()) {
+      std::cerr << "arachne-agent: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  LOG(INFO) << "signal " << signal << " received";
+  // Calls in flight get the grace period; phase calls end by their own
+  // timeouts at the latest. Only then are the ranks stopped.
+  (*server)->Shutdown(settings->grace);
+  server->reset();
+  runtime.reset();
+  return 0;
+}
