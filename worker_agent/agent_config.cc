@@ -73,6 +73,14 @@ absl::Status CheckValues(const v1::AgentConfig& config,
   if (config.has_node() && config.node().empty()) {
     return ValueError(names, "node", "must be a node name, got \"\"");
   }
+  if (config.has_failpoint() && !config.failpoint().empty() &&
+      config.failpoint() != "corrupt-migration-stage-1" &&
+      config.failpoint() != "corrupt-migration-stage-2") {
+    return ValueError(names, "failpoint",
+                      absl::StrCat("must be corrupt-migration-stage-1 or "
+                                   "corrupt-migration-stage-2, got \"",
+                                   config.failpoint(), "\""));
+  }
   if (config.has_host() && config.host().empty()) {
     return ValueError(names, "host",
                       "must be a host name or address, got \"\"");
@@ -145,6 +153,7 @@ absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
   if (!config.has_node()) return Required("node");
   settings.node = config.node();
   if (config.has_host()) settings.host = config.host();
+  settings.failpoint = config.failpoint();
   if (!config.has_gpu_type()) return Required("gpu_type");
 
   settings.profiles_dir = config.profiles_dir();
@@ -246,6 +255,10 @@ AgentFlags::AgentFlags(CLI::App& app) {
                      "address other nodes reach this node's ranks at (process "
                      "groups and the migration transport listen there)")
           ->capture_default_str();
+  failpoint_opt_ = app.add_option(
+      "--failpoint", failpoint_,
+      "fault injection for testing: corrupt-migration-stage-1 or "
+      "corrupt-migration-stage-2 flips a byte this node receives");
   gpu_type_opt_ = app.add_option(
       "--gpu-type", gpu_type_,
       "GPU type of this node: a catalog id or alias, e.g. A6000 (required)");
@@ -283,6 +296,7 @@ v1::AgentConfig AgentFlags::Given() const {
   if (listen_opt_->count() > 0) given.set_listen(listen_);
   if (node_opt_->count() > 0) given.set_node(node_);
   if (host_opt_->count() > 0) given.set_host(host_);
+  if (failpoint_opt_->count() > 0) given.set_failpoint(failpoint_);
   if (gpu_type_opt_->count() > 0) given.set_gpu_type(gpu_type_);
   if (virtual_gpus_opt_->count() > 0) given.set_virtual_gpus(virtual_gpus_);
   if (profiles_dir_opt_->count() > 0) given.set_profiles_dir(profiles_dir_);

@@ -41,6 +41,7 @@ struct AgentSettings {
   std::string node;
   // Where other nodes reach this node's ranks (NodeGpus::host).
   std::string host = "127.0.0.1";
+  std::string failpoint;  // NodeGpus::failpoint
   int gpu_type = -1;  // index into `catalog`
   int gpu_count = 0;
   bool virtual_gpus = true;       // CPU ranks standing in for GPUs
@@ -97,13 +98,14 @@ class AgentFlags {
 
  private:
   std::string config_file_;
-  std::string listen_, node_, host_, gpu_type_, profiles_dir_;
+  std::string listen_, node_, host_, gpu_type_, profiles_dir_, failpoint_;
   int virtual_gpus_ = 0;
   std::string tls_cert_, tls_key_, tls_client_ca_, token_file_, port_file_;
   double grace_s_ = 0;
   CLI::Option *listen_opt_, *node_opt_, *host_opt_, *gpu_type_opt_,
       *virtual_gpus_opt_, *profiles_dir_opt_, *tls_cert_opt_, *tls_key_opt_,
-      *tls_client_ca_opt_, *token_file_opt_, *port_file_opt_, *grace_s_opt_;
+      *tls_client_ca_opt_, *token_file_opt_, *port_file_opt_, *grace_s_opt_,
+      *failpoint_opt_;
 };
 
 }  // namespace arachne::agent

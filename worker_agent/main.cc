@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
                                .gpu_type = settings->gpu_type,
                                .count = settings->gpu_count,
                                .virtual_gpus = settings->virtual_gpus,
-                               .host = settings->host},
+                               .host = settings->host,
+                               .failpoint = settings->failpoint},
       settings->catalog);
   arachne::agent::AgentService service(
       runtime.get(), settings->catalog, settings->models,

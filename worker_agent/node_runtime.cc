@@ -61,6 +61,32 @@ int64_t PeakRssBytes() {
   return int64_t{u.ru_maxrss} * 1024;
 }
 
+// The failpoint "corrupt-migration-stage-N": a transport that flips the
+// first byte of the first buffer received in a round, once.
+class CorruptingTransport : public migration::Transport {
+ public:
+  explicit CorruptingTransport(migration::Transport* inner) : inner_(inner) {}
+  std::string name() const override { return inner_->name(); }
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  migration::MemoryKind memory() const override { return inner_->memory(); }
+  absl::Status RunRound(uint64_t tag, absl::Span<const migration::SendOp> sends,
+                        absl::Span<const migration::RecvOp> recvs,
+                        absl::Duration timeout) override {
+    absl::Status s = inner_->RunRound(tag, sends, recvs, timeout);
+    if (s.ok() && !done_ && !recvs.empty() && recvs[0].bytes > 0) {
+      static_cast<uint8_t*>(recvs[0].data)[0] ^= 0xff;
+      done_ = true;
+      LOG(WARNING) << "failpoint: corrupted a received migration buffer";
+    }
+    return s;
+  }
+
+ private:
+  migration::Transport* inner_;
+  bool done_ = false;
+};
+
 // Runs fn(i) for i in [0, n) on n threads and returns the first error.
 absl::Status ForEachParallel(int n, const std::function<absl::Status(int)>& fn) {
   std::vector<absl::Status> status(n);
@@ -575,8 +601,14 @@ absl::Status NodeRuntime::Migrate(int64_t generation, int stage,
     migration::ExecutorOptions opts;
     opts.round_timeout = timeout;
     opts.only_stage = stage;
+    migration::Transport* transport = m.transports[i].get();
+    std::unique_ptr<CorruptingTransport> corrupt;
+    if (gpus_.failpoint == absl::StrCat("corrupt-migration-stage-", stage)) {
+      corrupt = std::make_unique<CorruptingTransport>(transport);
+      transport = corrupt.get();
+    }
     return migration::ExecuteMigration(*m.next->state, m.diff, m.schedule,
-                                       m.old_shards[i], m.transports[i].get(),
+                                       m.old_shards[i], transport,
                                        &m.new_shards[i], &reports[i], opts);
   });
   PhaseTiming t{absl::ToDoubleSeconds(absl::Now() - start), 0, 0};

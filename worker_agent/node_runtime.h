@@ -57,6 +57,9 @@ struct NodeGpus {
   // The address other nodes reach this node's ranks at (process groups and
   // the migration transport listen there).
   std::string host = "127.0.0.1";
+  // Fault injection (agent_config.proto): "corrupt-migration-stage-<1|2>"
+  // flips a byte of the first transfer this node receives in that stage.
+  std::string failpoint;
 };
 
 enum class Phase {

@@ -135,6 +135,20 @@ TEST_F(AgentConfigTest, EmptyHostIsNamed) {
             "--host: must be a host name or address, got \"\"");
 }
 
+TEST_F(AgentConfigTest, UnknownFailpointIsNamed) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--failpoint", "corrupt-everything",
+                "--gpu-type", "A6000", "--virtual-gpus", "2"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            "--failpoint: must be corrupt-migration-stage-1 or "
+            "corrupt-migration-stage-2, got \"corrupt-everything\"");
+  s = FromArgs({"--node", "n0", "--failpoint", "corrupt-migration-stage-2",
+                "--gpu-type", "A6000", "--virtual-gpus", "2"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->failpoint, "corrupt-migration-stage-2");
+}
+
 TEST_F(AgentConfigTest, GpuTypeIsRequired) {
   absl::StatusOr<AgentSettings> s =
       FromArgs({"--node", "n0", "--virtual-gpus", "2"});

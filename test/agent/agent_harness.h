@@ -39,8 +39,12 @@ inline std::string AgentBinary() {
 // One arachne-agent process.
 class AgentProcess {
  public:
-  AgentProcess(std::string node, int gpus, std::string dir)
-      : node_(std::move(node)), gpus_(gpus), dir_(std::move(dir)) {}
+  AgentProcess(std::string node, int gpus, std::string dir,
+               std::vector<std::string> extra_args = {})
+      : node_(std::move(node)),
+        gpus_(gpus),
+        dir_(std::move(dir)),
+        extra_args_(std::move(extra_args)) {}
   ~AgentProcess() { Kill(); }
 
   absl::Status Start() {
@@ -53,6 +57,7 @@ class AgentProcess {
                                      "--virtual-gpus", std::to_string(gpus_),
                                      "--listen", "127.0.0.1:0",
                                      "--port-file", port_file};
+    argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
     pid_ = fork();
     if (pid_ == 0) {
       FILE* f = freopen(log.c_str(), "w", stderr);
@@ -101,13 +106,16 @@ class AgentProcess {
   std::string node_;
   int gpus_;
   std::string dir_;
+  std::vector<std::string> extra_args_;
   pid_t pid_ = -1;
   std::string address_;
   std::unique_ptr<AgentClient> client_;
 };
 
 // Calls fn on every agent at once (the phases are collectives across
-// agents) and returns the first error.
+// agents) and returns the root cause of a failure: the first error that is
+// not a peer's timeout or disconnection (those follow from it), else the
+// first error.
 inline absl::Status OnAll(const std::vector<AgentProcess*>& agents,
                           const std::function<absl::Status(AgentProcess&)>& fn) {
   std::vector<absl::Status> st(agents.size());
@@ -116,13 +124,19 @@ inline absl::Status OnAll(const std::vector<AgentProcess*>& agents,
     threads.emplace_back([&, i]() { st[i] = fn(*agents[i]); });
   }
   for (std::thread& t : threads) t.join();
+  int first = -1;
   for (size_t i = 0; i < agents.size(); ++i) {
-    if (!st[i].ok()) {
-      return absl::Status(st[i].code(), absl::StrCat(agents[i]->node(), ": ",
-                                                     st[i].message()));
+    if (st[i].ok()) continue;
+    const bool consequence = absl::IsDeadlineExceeded(st[i]) ||
+                             absl::IsUnavailable(st[i]);
+    if (first < 0 || (!consequence && (absl::IsDeadlineExceeded(st[first]) ||
+                                       absl::IsUnavailable(st[first])))) {
+      first = static_cast<int>(i);
     }
   }
-  return absl::OkStatus();
+  if (first < 0) return absl::OkStatus();
+  return absl::Status(st[first].code(), absl::StrCat(agents[first]->node(), ": ",
+                                                     st[first].message()));
 }
 
 // A cluster of `nodes` (name, GPU count), all A6000.
@@ -146,8 +160,10 @@ class Driver {
     server_ = *JobStoreServer::Start("127.0.0.1", 0);
   }
 
-  AgentProcess* Agent(const std::string& node, int gpus) {
-    auto a = std::make_unique<AgentProcess>(node, gpus, dir_);
+  AgentProcess* Agent(const std::string& node, int gpus,
+                      std::vector<std::string> extra_args = {}) {
+    auto a = std::make_unique<AgentProcess>(node, gpus, dir_,
+                                            std::move(extra_args));
     absl::Status s = a->Start();
     CHECK(s.ok()) << s;
     agents_[node] = std::move(a);
@@ -261,9 +277,9 @@ class Driver {
         return fn(a);
       });
     };
-    s = phase(SwitchStep::kBeforeStage1, [&](AgentProcess& a) { return a.client().Migrate(next, 1, absl::Seconds(15)); });
+    s = phase(SwitchStep::kBeforeStage1, [&](AgentProcess& a) { return a.client().Migrate(next, 1, absl::Seconds(5)); });
     if (!s.ok()) return abort(s);
-    s = phase(SwitchStep::kBeforeStage2, [&](AgentProcess& a) { return a.client().Migrate(next, 2, absl::Seconds(15)); });
+    s = phase(SwitchStep::kBeforeStage2, [&](AgentProcess& a) { return a.client().Migrate(next, 2, absl::Seconds(5)); });
     if (!s.ok()) return abort(s);
     s = phase(SwitchStep::kBeforeRebuild, [&](AgentProcess& a) { return a.client().Rebuild(next, absl::Seconds(15)); });
     if (!s.ok()) return abort(s);

@@ -134,6 +134,39 @@ TEST(LiveSwitch, JoinTpDepthAndTemplateChangesThenDrainLoseNothing) {
   EXPECT_LE(MaxMasterDifference(*end, reference->state), 1e-5);
 }
 
+TEST(LiveSwitch, MoeRetilingLosesNothing) {
+  JobSpec job = TinyJob();
+  job.model = *ResolveModel("tiny-moe");
+  const std::string dir = TempDir("moe");
+  Driver d(job, dir);
+  d.Agent("a", 2);
+  d.Agent("b", 2);
+  const Cluster ab = NamedCluster({{"a", 2}, {"b", 2}});
+  // EP 2 over two one-GPU replicas on a and b ...
+  Plan ep2{{Place({{1, 0, 4}}, 2, 4, 4, {{0, 0}, {1, 0}})}};
+  ep2.templates[0].stages[0].tiling = {2, 1, 1};
+  // ... retiled to one TP 2 replica on b with every expert sliced in two
+  // (ETP 2): experts move from a to b and are re-cut.
+  Plan etp2{{Place({{2, 0, 4}}, 1, 4, 4, {{1, 0}, {1, 1}})}};
+  etp2.templates[0].stages[0].tiling = {1, 2, 1};
+  ASSERT_TRUE(d.Start(ep2, ab).ok());
+  ASSERT_TRUE(d.TrainUntil(3).ok());
+  absl::StatusOr<FullState> before = d.Gather("before");
+  ASSERT_TRUE(before.ok());
+  absl::Status sw = d.Switch(etp2, ab);
+  ASSERT_TRUE(sw.ok()) << sw;
+  absl::StatusOr<FullState> after = d.Gather("after");
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(*before == *after)
+      << FirstDifference(*ReferenceModelState(job), *before, *after);
+  ASSERT_TRUE(d.TrainUntil(6).ok());
+  auto reference = RunPlan(job, ep2, ab, 6);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  for (const auto& [i, loss] : d.losses()) {
+    EXPECT_NEAR(loss, reference->losses[i - 1], 1e-4 * loss) << "iteration " << i;
+  }
+}
+
 TEST(LiveSwitch, RelocationContinuesBitIdentically) {
   const std::string dir = TempDir("relocate");
   Driver d(TinyJob(), dir);
@@ -207,6 +240,31 @@ INSTANTIATE_TEST_SUITE_P(Steps, LiveSwitchFault,
                                return std::string("InRebuild");
                            }
                          });
+
+TEST(LiveSwitch, CorruptedTransferIsDataLossAndAborts) {
+  const std::string dir = TempDir("corrupt");
+  Driver d(TinyJob(), dir);
+  d.Agent("a", 2);
+  d.Agent("b", 2);
+  const Cluster ab = NamedCluster({{"a", 2}, {"b", 2}});
+  ASSERT_TRUE(d.Start(PlanA(ab), ab).ok());
+  ASSERT_TRUE(d.TrainUntil(2).ok());
+  absl::StatusOr<FullState> before = d.Gather("before");
+  ASSERT_TRUE(before.ok());
+  // The joiner's replica receives everything from other pipelines (stage 2).
+  d.Agent("c", 2, {"--failpoint", "corrupt-migration-stage-2"});
+  const Cluster abc = NamedCluster({{"a", 2}, {"b", 2}, {"c", 2}});
+  const Plan joined{{Place({{1, 0, 2}, {1, 2, 4}}, 3, 2, 8,
+                           {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 0}, {2, 1}})}};
+  absl::Status sw = d.Switch(joined, abc);
+  EXPECT_EQ(sw.code(), absl::StatusCode::kDataLoss) << sw;
+  EXPECT_THAT(sw.message(), HasSubstr("checksum of the received bytes differs"));
+  EXPECT_EQ(d.generation(), 1);
+  absl::StatusOr<FullState> after = d.Gather("after");
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(*before == *after);
+  ASSERT_TRUE(d.TrainUntil(3).ok());
+}
 
 TEST(LiveSwitch, CheckpointRestoreEqualsLiveMigration) {
   const std::string dir = TempDir("ckpt");

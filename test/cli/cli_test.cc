@@ -202,7 +202,7 @@ TEST(CliTest, CatalogsList) {
   CliRun models = Cli({"models", "--format", "json"});
   ASSERT_EQ(models.code, 0);
   nlohmann::json j = nlohmann::json::parse(models.out);
-  EXPECT_EQ(j.size(), 11u);  // the 10 published models and tiny-gpt
+  EXPECT_EQ(j.size(), 12u);  // the 10 published models, tiny-gpt, tiny-moe
 }
 
 }  // namespace

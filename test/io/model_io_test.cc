@@ -73,7 +73,7 @@ TEST(ModelCatalogTest, HasTheCatalogModels) {
                          "llama3-8b", "llama3-70b", "qwen3-8b", "qwen3-32b",
                          "qwen3-64b", "qwen3-30b-a3b", "mixtral-8x7b",
                          "deepseek-v3", "gpt-neo-2.7b", "gpt3-175b",
-                         "tiny-gpt"));
+                         "tiny-gpt", "tiny-moe"));
 }
 
 TEST(ModelCatalogTest, Qwen3_64bIsQwen3_32bTwiceAsDeep) {

@@ -116,6 +116,86 @@ struct GatherFromTp : public torch::autograd::Function<GatherFromTp> {
   }
 };
 
+// The expert group of a MoE stage: every GPU of the stage over all replicas
+// of its template, g = replica * tp + tp_rank (ETP innermost, then EP, then
+// EDP: plan.h). Tokens are replicated over a replica's TP ranks, so a
+// gather keeps TP rank 0's copy of each replica.
+struct ExpertGroupInfo {
+  int64_t group = 0;  // c10d::ProcessGroup*
+  int64_t tp = 1;
+  int64_t replicas = 1;
+  int64_t replica = 0;  // this rank's
+};
+
+std::vector<at::Tensor> GatherReplicas(const ExpertGroupInfo& info,
+                                       const torch::Tensor& x) {
+  torch::Tensor in = x.contiguous();
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int64_t i = 0; i < info.tp * info.replicas; ++i) {
+    out[0].push_back(torch::empty_like(in));
+  }
+  std::vector<at::Tensor> inputs{in};
+  reinterpret_cast<c10d::ProcessGroup*>(info.group)->allgather(out, inputs)->wait();
+  std::vector<at::Tensor> per_replica;
+  for (int64_t r = 0; r < info.replicas; ++r) per_replica.push_back(out[0][r * info.tp]);
+  return per_replica;
+}
+
+ExpertGroupInfo InfoOf(torch::autograd::AutogradContext* ctx) {
+  return {ctx->saved_data["g"].toInt(), ctx->saved_data["tp"].toInt(),
+          ctx->saved_data["R"].toInt(), ctx->saved_data["r"].toInt()};
+}
+void Save(torch::autograd::AutogradContext* ctx, const ExpertGroupInfo& i) {
+  ctx->saved_data["g"] = i.group;
+  ctx->saved_data["tp"] = i.tp;
+  ctx->saved_data["R"] = i.replicas;
+  ctx->saved_data["r"] = i.replica;
+}
+
+// Dispatch: every replica's tokens [n, d] to every rank of the expert group
+// ([replicas * n, d]); backward sums each rank's gradient of them and hands
+// a replica its own rows (complete, the same on its TP ranks).
+struct GatherTokens : public torch::autograd::Function<GatherTokens> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx,
+                               torch::Tensor x, int64_t group, int64_t tp,
+                               int64_t replicas, int64_t replica) {
+    const ExpertGroupInfo info{group, tp, replicas, replica};
+    Save(ctx, info);
+    return torch::cat(GatherReplicas(info, x), 0);
+  }
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grad) {
+    const ExpertGroupInfo info = InfoOf(ctx);
+    torch::Tensor g = grad[0].contiguous().clone();
+    AllReduce(reinterpret_cast<c10d::ProcessGroup*>(info.group), g);
+    const int64_t n = g.size(0) / info.replicas;
+    return {g.narrow(0, info.replica * n, n).contiguous(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// Combine: the sum over the group of every rank's expert outputs, this
+// replica's rows; backward gathers every replica's output gradient.
+struct CombineTokens : public torch::autograd::Function<CombineTokens> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx,
+                               torch::Tensor y, int64_t group, int64_t tp,
+                               int64_t replicas, int64_t replica) {
+    const ExpertGroupInfo info{group, tp, replicas, replica};
+    Save(ctx, info);
+    torch::Tensor sum = y.contiguous().clone();
+    AllReduce(reinterpret_cast<c10d::ProcessGroup*>(group), sum);
+    const int64_t n = sum.size(0) / replicas;
+    return sum.narrow(0, replica * n, n).contiguous();
+  }
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grad) {
+    return {torch::cat(GatherReplicas(InfoOf(ctx), grad[0]), 0),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 // ---------------------------------------------------------------------------
 // Parameters in canonical and engine layout.
 
@@ -250,6 +330,12 @@ class ReferenceEngine : public Engine {
   }
   torch::Tensor Embed(const torch::Tensor& tokens);
   torch::Tensor Block(int layer, torch::Tensor h);
+  torch::Tensor SwiGlu(const torch::Tensor& x, const std::string& prefix) {
+    return Linear(torch::silu(Linear(x, prefix + "gate.weight")) *
+                      Linear(x, prefix + "up.weight"),
+                  prefix + "down.weight");
+  }
+  torch::Tensor MoeMlp(int layer, const torch::Tensor& x);
   torch::Tensor HeadLoss(const torch::Tensor& h, const torch::Tensor& targets);
   torch::Tensor Tokens(int64_t first_sample, bool targets);
   void SyncGradients();
@@ -265,6 +351,7 @@ class ReferenceEngine : public Engine {
   std::map<std::tuple<int, int, int, int>, int> rank_of_;
 
   Group world_, tp_;  // tp_ null when TP is 1
+  Group experts_;     // the stage's expert group; null when it has one GPU
   std::vector<GradGroup> grad_groups_;
   std::vector<Param> params_;
   absl::flat_hash_map<std::string, int> param_index_;
@@ -297,6 +384,18 @@ absl::Status ReferenceEngine::CreateGroups(const EngineArgs& args) {
         }
         specs.push_back({absl::StrCat("tp/", ti, "/", r, "/", s), m});
       }
+    }
+    for (int s = 0; s < t.depth(); ++s) {
+      const Stage& st = t.stages[s];
+      if (job_.model.MoeLayersIn(st.layer_begin, st.layer_end) == 0 ||
+          st.tp * t.replicas == 1) {
+        continue;
+      }
+      std::vector<int> m;  // g = replica * tp + tp_rank
+      for (int r = 0; r < t.replicas; ++r) {
+        for (int k = 0; k < st.tp; ++k) m.push_back(PlanRankOf(ti, r, s, k));
+      }
+      specs.push_back({absl::StrCat("experts/", ti, "/", s), m});
     }
   }
   // Gradient groups: parameters by the set of ranks holding them.
@@ -371,6 +470,8 @@ absl::Status ReferenceEngine::CreateGroups(const EngineArgs& args) {
         world_ = g;
       } else if (spec.name.rfind("tp/", 0) == 0) {
         tp_ = g;
+      } else if (spec.name.rfind("experts/", 0) == 0) {
+        experts_ = g;
       } else {
         while (next_grad < grad_groups_.size() &&
                grad_groups_[next_grad].members != spec.members) {
@@ -536,13 +637,64 @@ torch::Tensor ReferenceEngine::Block(int layer, torch::Tensor h) {
     a = a.transpose(1, 2).reshape({b, s, heads_local_ * hd});
     h = h + FromTp(Linear(a, p + "attn.o.weight"));
   }
-  {
-    torch::Tensor x = ToTp(RmsNorm(h, p + "post_norm.weight"));
-    torch::Tensor g = Linear(x, p + "mlp.gate.weight");
-    torch::Tensor u = Linear(x, p + "mlp.up.weight");
-    h = h + FromTp(Linear(torch::silu(g) * u, p + "mlp.down.weight"));
+  torch::Tensor x = RmsNorm(h, p + "post_norm.weight");
+  if (job_.model.IsMoeLayer(layer)) return h + MoeMlp(layer, x);
+  return h + FromTp(SwiGlu(ToTp(x), p + "mlp."));
+}
+
+// A MoE block's MLP: the shared experts (TP-split like a dense MLP) plus the
+// routed experts. Each replica routes its own tokens (top-k of the router's
+// logits, softmax over the k); the tokens of every replica of the template
+// are dispatched to the stage's expert group, where the rank holding expert
+// e's ETP slice for EDP copy (replica % edp) computes it, and the outputs are
+// summed back. Every (token, expert, ETP slice) is computed exactly once,
+// so the result is the same under every tiling.
+torch::Tensor ReferenceEngine::MoeMlp(int layer, const torch::Tensor& x) {
+  const std::string p = absl::StrCat("layers.", layer, ".");
+  const MoeSpec& moe = job_.model.moe;
+  const int64_t b = x.size(0), s = x.size(1), h = x.size(2), n = b * s;
+  torch::Tensor out = torch::zeros_like(x);
+  for (int e = 0; e < moe.shared_experts; ++e) {
+    out = out + FromTp(SwiGlu(ToTp(x), absl::StrCat(p, "shared.", e, ".")));
   }
-  return h;
+  torch::Tensor xs = x.reshape({n, h});
+  torch::Tensor logits = Linear(xs, p + "router.weight");
+  auto [top, idx] = logits.topk(moe.top_k, -1);
+  torch::Tensor w = torch::softmax(top, -1);
+  // One dispatch of tokens, weights and expert ids together: a single
+  // collective per layer keeps every rank's backward in the same order.
+  torch::Tensor packed =
+      torch::cat({xs, w, idx.to(torch::kFloat32).detach()}, -1);
+  const int replicas = tmpl().replicas;
+  const ExpertTiling& tiling = stage().tiling;
+  ExpertGroupInfo info{Ptr(experts_), stage().tp, replicas, role_.replica};
+  torch::Tensor all = experts_ ? GatherTokens::apply(packed, info.group, info.tp,
+                                                     info.replicas, info.replica)
+                               : packed;
+  torch::Tensor X = all.narrow(1, 0, h);
+  torch::Tensor W = all.narrow(1, h, moe.top_k);
+  torch::Tensor I = all.narrow(1, h + moe.top_k, moe.top_k).detach().to(torch::kInt64);
+  const int g = role_.replica * stage().tp + role_.tp_rank;
+  const int edp_rank = g / (tiling.ep * tiling.etp);
+  // Zero terms tie y to X and W on every rank, so each rank's backward runs
+  // the same collectives even when no token picked its experts.
+  torch::Tensor y = X * 0.0 + W.sum() * 0.0;
+  torch::Tensor rows = torch::arange(int64_t{replicas} * n) / n;  // replica of a row
+  torch::Tensor mine = (rows.remainder(tiling.edp) == edp_rank).unsqueeze(1);
+  for (int e = 0; e < moe.num_experts; ++e) {
+    const std::string ep = absl::StrCat(p, "experts.", e, ".");
+    if (!param_index_.contains(ep + "gate.weight")) continue;  // not held here
+    torch::Tensor hit = ((I == e).logical_and(mine)).nonzero();
+    if (hit.size(0) == 0) continue;
+    torch::Tensor t = hit.select(1, 0), j = hit.select(1, 1);
+    torch::Tensor we = W.index({t, j}).unsqueeze(1);
+    y = y.index_add(0, t, SwiGlu(X.index_select(0, t), ep) * we);
+  }
+  torch::Tensor routed =
+      experts_ ? CombineTokens::apply(y, info.group, info.tp, info.replicas,
+                                      info.replica)
+               : y;
+  return out + routed.reshape({b, s, h});
 }
 
 torch::Tensor ReferenceEngine::HeadLoss(const torch::Tensor& h,
@@ -850,11 +1002,6 @@ absl::StatusOr<migration::ModelState> ReferenceModelState(const JobSpec& job) {
 absl::Status CheckReferencePlan(const JobSpec& job, const Plan& plan) {
   const ModelSpec& m = job.model;
   if (absl::Status s = job.engine.Validate(); !s.ok()) return s;
-  if (m.is_moe()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model ", m.name, ": the reference engine trains dense models only "
-        "(MoE layers are not implemented yet)"));
-  }
   if (m.attention != AttentionKind::kGqa || m.mlp != MlpKind::kSwiGlu ||
       m.tied_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -882,6 +1029,34 @@ absl::Status CheckReferencePlan(const JobSpec& job, const Plan& plan) {
               w, ": ", tp, " does not divide the model's ", what, " (", n,
               ")"));
         }
+      }
+    }
+    for (size_t si = 0; si < t.stages.size(); ++si) {
+      const Stage& st = t.stages[si];
+      if (m.MoeLayersIn(st.layer_begin, st.layer_end) == 0) continue;
+      const std::string w =
+          absl::StrCat("plan.templates[", ti, "].stages[", si, "]");
+      const int etp = st.tiling.etp;
+      const int64_t shared_ffn = m.moe.shared_expert_ffn > 0
+                                     ? m.moe.shared_expert_ffn
+                                     : m.moe.expert_ffn;
+      if (etp <= 0 || m.moe.expert_ffn % etp != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            w, ".expert_tiling.etp: ", etp, " does not divide expert_ffn (",
+            m.moe.expert_ffn, ")"));
+      }
+      if (m.moe.shared_experts > 0 && shared_ffn % st.tp != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            w, ".tp: ", st.tp, " does not divide shared_expert_ffn (",
+            shared_ffn, ")"));
+      }
+      // The replicas of a MoE stage dispatch tokens to each other once per
+      // micro-batch, so they run the same number of micro-batches.
+      if (t.total_micro_batches % t.replicas != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plan.templates[", ti, "].total_micro_batches: ",
+            t.total_micro_batches, " is not a multiple of its ", t.replicas,
+            " replicas, which its MoE stage ", si, " needs"));
       }
     }
     if (t.micro_batch_size <= 0 || t.total_micro_batches < t.replicas) {

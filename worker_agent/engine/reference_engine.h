@@ -1,8 +1,7 @@
 // The reference training engine (LibTorch, CPU): a decoder-only GPT of the
 // LLaMA shape (RMSNorm, rotary attention, SwiGLU MLP, untied LM head) built
 // from the same ModelSpec the planner plans, trained on SyntheticCorpus.
-// It executes any plan of migration::PlanLayout's structure with dense
-// layers:
+// It executes any plan of migration::PlanLayout's structure, dense or MoE:
 //  - pipeline stages on the 1F1B schedule, exchanging activations and their
 //    gradients point to point between stages (any TP degree on either side);
 //  - Megatron tensor parallelism: column-parallel q/k/v/gate/up and LM head,
@@ -10,6 +9,9 @@
 //  - gradient sync over every replica (of any template) that holds a
 //    parameter, in canonical layout, so replicas of different TP degrees and
 //    layer splits reduce together;
+//  - MoE layers (router, shared experts, routed experts) under any expert
+//    tiling EP x ETP x EDP, tokens dispatched to and combined from the
+//    stage's expert group (every GPU of the stage over its replicas);
 //  - the global batch split into the plan's micro-batches by sample index,
 //    and the loss scaled by the global token count, so one iteration's
 //    mathematics is the same under every plan.
@@ -52,7 +54,8 @@ inline constexpr int64_t kReferenceStateFormat = 1;
 absl::StatusOr<migration::ModelState> ReferenceModelState(const JobSpec& job);
 
 // InvalidArgument naming the field when the reference engine cannot run
-// `plan` (MoE layers, TP not dividing heads / kv heads / ffn / vocab, a
+// `plan` (TP not dividing heads / kv heads / ffn / vocab, ETP not dividing
+// the expert FFN, replicas of a MoE stage with unequal micro-batch counts, a
 // micro-batch split that does not add up to the global batch, ...).
 absl::Status CheckReferencePlan(const JobSpec& job, const Plan& plan);
 
