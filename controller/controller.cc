@@ -1,0 +1,836 @@
+#include "controller/controller.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+#include "google/protobuf/util/json_util.h"
+#include "planner_service/io/cluster_io.h"
+#include "planner_service/io/plan_io.h"
+
+namespace arachne::controller {
+namespace {
+
+double UnixSeconds(absl::Time t) {
+  return absl::ToDoubleSeconds(t - absl::UnixEpoch());
+}
+
+double Throughput(const nlohmann::json& plan) {
+  auto it = plan.find("throughput_iters_per_s");
+  return it != plan.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+// The plan file's templates without the per-stage memory figures, which
+// differ with the cluster they were priced on: what "the same plan" means.
+nlohmann::json TemplatesOf(const nlohmann::json& plan) {
+  nlohmann::json t = plan.value("templates", nlohmann::json::array());
+  for (nlohmann::json& tmpl : t) {
+    for (nlohmann::json& st : tmpl["stages"]) st.erase("memory_gib");
+  }
+  return t;
+}
+
+std::set<std::string> NodesUsed(const Plan& plan, const Cluster& cluster) {
+  std::set<std::string> out;
+  for (const Template& t : plan.templates) {
+    for (const StagePlacement& p : t.placement) {
+      out.insert(cluster.node(p.node).name);
+    }
+  }
+  return out;
+}
+
+v1::SwitchTimings TimingsToProto(int64_t generation, const std::string& outcome,
+                                 const SwitchTimings& t,
+                                 double migration_estimate_s) {
+  v1::SwitchTimings m;
+  m.set_generation(generation);
+  m.set_outcome(outcome);
+  m.set_prepare_s(t.prepare_s);
+  m.set_pause_s(t.pause_s);
+  m.set_stage1_s(t.stage1_s);
+  m.set_stage2_s(t.stage2_s);
+  m.set_rebuild_s(t.rebuild_s);
+  m.set_commit_s(t.commit_s);
+  m.set_resume_s(t.resume_s);
+  m.set_downtime_s(t.downtime_s);
+  m.set_total_s(t.total_s);
+  m.set_paused_at_iteration(t.paused_at_iteration);
+  m.set_bytes_moved(t.bytes_moved);
+  m.set_migration_estimate_s(migration_estimate_s);
+  m.set_agent_pause_s(t.agent_pause_s);
+  m.set_agent_stage1_s(t.agent_stage1_s);
+  m.set_agent_stage2_s(t.agent_stage2_s);
+  m.set_agent_rebuild_s(t.agent_rebuild_s);
+  m.set_agent_resume_s(t.agent_resume_s);
+  return m;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out);
+  return out;
+}
+
+}  // namespace
+
+// ---- EventLog ----
+
+void EventLog::Add(v1::Event event) {
+  absl::MutexLock lock(&mu_);
+  event.set_sequence(next_++);
+  events_.push_back(std::move(event));
+  while (events_.size() > capacity_) events_.pop_front();
+}
+
+std::vector<v1::Event> EventLog::After(int64_t after,
+                                       absl::Duration wait) const {
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return next_ - 1 > after;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+  std::vector<v1::Event> out;
+  for (const v1::Event& e : events_) {
+    if (e.sequence() > after) out.push_back(e);
+  }
+  return out;
+}
+
+v1::Decision DecisionToProto(const DecisionRecord& r) {
+  v1::Decision m;
+  m.set_id(r.id);
+  m.set_time_unix_s(UnixSeconds(r.time));
+  m.set_trigger(r.decision.trigger);
+  m.set_verdict(VerdictName(r.decision.verdict));
+  m.set_reason(r.decision.reason);
+  m.set_old_throughput(r.decision.old_throughput);
+  m.set_new_throughput(r.decision.new_throughput);
+  m.set_migration_estimate_s(r.decision.migration_estimate_s);
+  m.set_fixed_cost_s(r.decision.fixed_cost_s);
+  m.set_downtime_estimate_s(r.decision.downtime_estimate_s);
+  m.set_horizon_s(r.decision.horizon_s);
+  m.set_gain_s(r.decision.gain_s);
+  m.set_generation(r.generation);
+  return m;
+}
+
+// ---- JobController ----
+
+JobController::JobController(JobControllerConfig config, GpuCatalog catalog,
+                             std::unique_ptr<PlanSource> planner,
+                             const Clock* clock,
+                             std::unique_ptr<StateStore> store)
+    : config_(std::move(config)),
+      catalog_(std::move(catalog)),
+      planner_(std::move(planner)),
+      clock_(clock),
+      store_(std::move(store)),
+      membership_(config_.job.membership, clock),
+      reconfigurer_(ReconfigurerConfig{.phase_timeout = config_.job.phase,
+                                       .switch_timeout =
+                                           config_.job.switch_timeout},
+                    catalog_),
+      cost_model_(config_.job.switch_fixed_cost_s) {}
+
+absl::StatusOr<std::unique_ptr<JobController>> JobController::Create(
+    JobControllerConfig config, GpuCatalog catalog,
+    std::unique_ptr<PlanSource> planner, const Clock* clock) {
+  CHECK(planner != nullptr && clock != nullptr);
+  absl::StatusOr<std::unique_ptr<StateStore>> store =
+      StateStore::Open(config.state_dir);
+  if (!store.ok()) return store.status();
+  std::unique_ptr<JobController> c(
+      new JobController(std::move(config), std::move(catalog),
+                        std::move(planner), clock, *std::move(store)));
+  absl::StatusOr<std::unique_ptr<agent::JobStoreServer>> job_store =
+      agent::JobStoreServer::Start(c->config_.store_host, 0);
+  if (!job_store.ok()) return job_store.status();
+  c->job_store_ = *std::move(job_store);
+  if (absl::Status s = c->Recover(); !s.ok()) return s;
+  c->loop_ = std::thread([p = c.get()]() { p->Loop(); });
+  return c;
+}
+
+JobController::~JobController() { Stop(); }
+
+void JobController::Stop() {
+  stop_ = true;
+  if (loop_.joinable()) loop_.join();
+}
+
+int64_t JobController::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+void JobController::Emit(const std::string& kind, const std::string& message,
+                         int64_t generation) {
+  v1::Event e;
+  e.set_time_unix_s(UnixSeconds(clock_->Now()));
+  e.set_kind(kind);
+  e.set_message(message);
+  e.set_generation(generation);
+  LOG(INFO) << kind << ": " << message;
+  events_.Add(std::move(e));
+}
+
+void JobController::Fail(const std::string& message) {
+  {
+    absl::MutexLock lock(&mu_);
+    error_ = message;
+  }
+  Emit("error", message);
+}
+
+void JobController::EnsureClient(const MemberSpec& spec) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(spec.node);
+  if (it != clients_.end() && it->second->address() == spec.address) return;
+  agent::AgentClientConfig c = config_.agent_client;
+  c.address = spec.address;
+  absl::StatusOr<std::unique_ptr<agent::AgentClient>> client =
+      agent::AgentClient::Connect(c);
+  // The address and TLS files were checked already (Register, settings).
+  CHECK(client.ok()) << client.status();
+  if (it != clients_.end()) retired_.push_back(std::move(it->second));
+  clients_[spec.node] = *std::move(client);
+}
+
+agent::AgentClient* JobController::AgentFor(const std::string& node) {
+  // A node that left (lease ran out) has no agent to talk to.
+  if (!membership_.Find(node).has_value()) return nullptr;
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(node);
+  return it == clients_.end() ? nullptr : it->second.get();
+}
+
+absl::Status JobController::Recover() {
+  absl::StatusOr<StoredState> stored = store_->Load();
+  if (!stored.ok()) return stored.status();
+  membership_.Restore(stored->members);
+  for (const Member& m : stored->members) EnsureClient(m.spec);
+  absl::StatusOr<std::vector<SwitchRecord>> switches = store_->SwitchRecords();
+  if (!switches.ok()) return switches.status();
+  int64_t attempted = stored->current.generation;
+  for (const SwitchRecord& r : *switches) attempted = std::max(attempted, r.generation);
+  if (stored->in_progress) {
+    attempted = std::max(attempted, stored->in_progress->generation);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    last_attempted_ = attempted;
+  }
+  if (stored->current.generation > 0) {
+    auto parse = [&](const std::string& cluster_json, const std::string& plan_json,
+                     Cluster* cluster, Plan* plan,
+                     nlohmann::json* json) -> absl::Status {
+      absl::StatusOr<Cluster> c = ParseCluster(cluster_json, store_->path(), catalog_);
+      if (!c.ok()) return absl::DataLossError(absl::StrCat("stored cluster: ", c.status().message()));
+      *json = nlohmann::json::parse(plan_json, nullptr, false);
+      if (json->is_discarded()) {
+        return absl::DataLossError(absl::StrCat(store_->path(), ": stored plan is not JSON"));
+      }
+      absl::StatusOr<Plan> p = PlanFromJson(*json, *c, catalog_, "stored plan");
+      if (!p.ok()) return absl::DataLossError(p.status().message());
+      *cluster = *c;
+      *plan = *p;
+      return absl::OkStatus();
+    };
+    Cluster cluster;
+    Plan plan;
+    nlohmann::json json;
+    if (absl::Status s = parse(stored->current.cluster_json,
+                               stored->current.plan_json, &cluster, &plan, &json);
+        !s.ok()) {
+      return s;
+    }
+    absl::MutexLock lock(&mu_);
+    generation_ = stored->current.generation;
+    cluster_ = cluster;
+    plan_ = plan;
+    plan_json_ = json;
+    phase_ = "running";
+  }
+  if (!stored->in_progress) return absl::OkStatus();
+
+  // A switch was in flight when the controller went down: Commit reached
+  // means it is finished (ask again, Commit is idempotent); before that it
+  // is rolled back and the current plan resumes.
+  const SwitchInProgress& p = *stored->in_progress;
+  absl::StatusOr<Cluster> target_cluster =
+      ParseCluster(p.cluster_json, store_->path(), catalog_);
+  if (!target_cluster.ok()) return target_cluster.status();
+  std::vector<std::string> nodes;
+  for (const Node& n : target_cluster->nodes()) nodes.push_back(n.name);
+  auto lookup = [this](const std::string& n) { return AgentFor(n); };
+  if (p.phase == "commit" || p.phase == "resume") {
+    absl::Status s = reconfigurer_.FinishCommit(p.generation,
+                                                config_.job.iterations, nodes,
+                                                lookup);
+    nlohmann::json json = nlohmann::json::parse(p.plan_json, nullptr, false);
+    absl::StatusOr<Plan> plan =
+        PlanFromJson(json, *target_cluster, catalog_, "stored switch plan");
+    if (!plan.ok()) return absl::DataLossError(plan.status().message());
+    if (absl::Status c = store_->CommitSwitch(
+            {p.generation, p.cluster_json, p.plan_json});
+        !c.ok()) {
+      return c;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      generation_ = p.generation;
+      cluster_ = *target_cluster;
+      plan_ = *plan;
+      plan_json_ = json;
+      phase_ = "running";
+    }
+    Emit("phase",
+         absl::StrCat("restart: finished the switch to generation ",
+                      p.generation, " found at ", p.phase,
+                      s.ok() ? "" : absl::StrCat(" (", s.message(), ")")),
+         p.generation);
+    return absl::OkStatus();
+  }
+  std::vector<std::string> old_nodes;
+  int64_t old_generation;
+  {
+    absl::MutexLock lock(&mu_);
+    old_generation = generation_;
+    for (const Node& n : cluster_.nodes()) old_nodes.push_back(n.name);
+  }
+  absl::Status s = reconfigurer_.RollBack(p.generation, old_generation,
+                                          config_.job.iterations, nodes,
+                                          old_nodes, lookup);
+  if (absl::Status c = store_->ClearSwitch(); !c.ok()) return c;
+  (void)store_->SaveSwitchRecord(
+      {p.generation, absl::StrCat("aborted: controller restarted in ", p.phase),
+       "{}"});
+  Emit("phase",
+       absl::StrCat("restart: rolled back the switch to generation ",
+                    p.generation, " found at ", p.phase,
+                    s.ok() ? "" : absl::StrCat(" (", s.message(), ")")),
+       old_generation);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RegisterResponse> JobController::Register(
+    const v1::RegisterRequest& r) {
+  MemberSpec spec;
+  spec.node = r.node();
+  if (!r.gpu_type().empty()) {
+    absl::StatusOr<int> type = catalog_.IndexOf(r.gpu_type());
+    if (!type.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gpu_type: ", type.status().message()));
+    }
+    spec.gpu_type = catalog_.type(*type).id;
+    spec.memory_gib =
+        r.memory_gib() > 0 ? r.memory_gib() : catalog_.type(*type).memory_gib;
+  }
+  spec.gpus = r.gpus();
+  spec.address = r.address();
+  if (!spec.address.empty() && spec.address.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address: must be host:port, got \"", spec.address, "\""));
+  }
+  if (r.gpus() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpus: must be in 1..64, got ", r.gpus()));
+  }
+  absl::StatusOr<bool> joined = membership_.Register(spec);
+  if (!joined.ok()) return joined.status();
+  EnsureClient(spec);
+  if (*joined) {
+    (void)store_->SaveMembers(membership_.Members());
+  }
+  v1::RegisterResponse out;
+  out.set_lease_s(absl::ToDoubleSeconds(config_.job.membership.lease));
+  out.set_generation(generation());
+  return out;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> JobController::Heartbeat(
+    const v1::HeartbeatRequest& r) {
+  if (absl::Status s = membership_.Heartbeat(r.node()); !s.ok()) return s;
+  v1::HeartbeatResponse out;
+  out.set_lease_s(absl::ToDoubleSeconds(config_.job.membership.lease));
+  return out;
+}
+
+absl::Status JobController::AnnounceJoin(const v1::AnnounceJoinRequest& r) {
+  std::vector<std::string> nodes(r.nodes().begin(), r.nodes().end());
+  if (!std::isfinite(r.within_s())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("within_s: must be > 0, got ", r.within_s()));
+  }
+  absl::Status s = membership_.AnnounceJoin(nodes, absl::Seconds(r.within_s()));
+  if (s.ok()) {
+    Emit("membership", absl::StrCat("announced: ", absl::StrJoin(nodes, ", ")));
+  }
+  return s;
+}
+
+absl::Status JobController::DrainNode(const v1::DrainNodeRequest& r) {
+  if (r.node().empty()) {
+    return absl::InvalidArgumentError("node: required, got none");
+  }
+  if (!std::isfinite(r.deadline_s())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("deadline_s: must be > 0, got ", r.deadline_s()));
+  }
+  absl::Status s = membership_.Drain(r.node(), absl::Seconds(r.deadline_s()));
+  if (s.ok()) (void)store_->SaveMembers(membership_.Members());
+  return s;
+}
+
+absl::Status JobController::RequestReplan(const v1::RequestReplanRequest& r) {
+  membership_.RequestReplan(r.reason().empty() ? "requested" : r.reason());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::GetStatusResponse> JobController::GetStatus() {
+  v1::GetStatusResponse out;
+  const absl::Time now = clock_->Now();
+  for (const Member& m : membership_.Members()) {
+    v1::Member* pm = out.add_members();
+    pm->set_node(m.spec.node);
+    pm->set_gpu_type(m.spec.gpu_type);
+    pm->set_gpus(m.spec.gpus);
+    pm->set_memory_gib(m.spec.memory_gib);
+    pm->set_address(m.spec.address);
+    pm->set_draining(m.draining);
+    pm->set_lease_left_s(absl::ToDoubleSeconds(m.lease_expiry - now));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    out.set_generation(generation_);
+    out.set_phase(phase_);
+    out.set_iteration(iteration_);
+    out.set_loss(loss_);
+    out.set_tokens_per_s(tokens_per_s_);
+    out.set_error(error_);
+    *out.mutable_last_switch() = last_switch_;
+    if (generation_ > 0) {
+      *out.mutable_cluster() = ClusterToMessage(cluster_, catalog_);
+      google::protobuf::util::JsonParseOptions o;
+      o.ignore_unknown_fields = true;
+      (void)google::protobuf::util::JsonStringToMessage(plan_json_.dump(),
+                                                        out.mutable_plan(), o);
+    }
+  }
+  absl::StatusOr<std::vector<DecisionRecord>> decisions =
+      store_->RecentDecisions(20);
+  if (!decisions.ok()) return decisions.status();
+  for (const DecisionRecord& d : *decisions) {
+    *out.add_decisions() = DecisionToProto(d);
+  }
+  return out;
+}
+
+// ---- the reconcile loop ----
+
+void JobController::Loop() {
+  while (!stop_) {
+    ReconcileOnce();
+    absl::SleepFor(config_.tick);
+  }
+}
+
+void JobController::ReconcileOnce() {
+  std::vector<MembershipChange> changes = membership_.Tick();
+  for (const MembershipChange& c : changes) {
+    Emit("membership", absl::StrCat(ChangeKindName(c.kind), " ", c.node,
+                                    c.node.empty() ? "" : ": ", c.detail));
+  }
+  if (!changes.empty()) (void)store_->SaveMembers(membership_.Members());
+
+  bool retry = false;
+  int64_t generation;
+  {
+    absl::MutexLock lock(&mu_);
+    generation = generation_;
+    if (retry_at_ && clock_->Now() >= *retry_at_) {
+      retry = true;
+      retry_at_.reset();
+    }
+  }
+  const bool due = membership_.ReplanDue();
+  if (generation == 0) {
+    if ((due || retry) &&
+        membership_.SchedulableGpus() >= config_.job.min_gpus) {
+      std::vector<std::string> what;
+      for (const MembershipChange& c : membership_.TakePending()) {
+        what.push_back(absl::StrCat(ChangeKindName(c.kind), " ", c.node));
+      }
+      StartFirstPlan(what.empty() ? "retry" : absl::StrJoin(what, ", "));
+    }
+  } else if (due || retry) {
+    std::vector<std::string> what;
+    for (const MembershipChange& c : membership_.TakePending()) {
+      what.push_back(absl::StrCat(ChangeKindName(c.kind),
+                                  c.node.empty() ? "" : " ", c.node,
+                                  c.kind == ChangeKind::kReplan
+                                      ? absl::StrCat(" (", c.detail, ")")
+                                      : ""));
+    }
+    Replan(what.empty() ? "retry" : absl::StrJoin(what, ", "));
+  }
+  PollAgents();
+}
+
+PlanQuery JobController::BaseQuery(const ClusterSpec& cluster) const {
+  PlanQuery q;
+  q.model = config_.job.model;
+  q.training = config_.job.training;
+  q.cluster = cluster;
+  q.planner = config_.job.planner;
+  q.budget_s = config_.job.planner_budget_s;
+  q.max_depth = config_.job.planner_max_depth;
+  q.max_templates = config_.job.planner_max_templates;
+  q.seed = config_.job.planner_seed;
+  // The call may take the budget plus the time to price the migration.
+  q.deadline = absl::Now() + absl::Seconds(config_.job.planner_budget_s) +
+               absl::Seconds(10);
+  q.request_id = "arachne-controller";
+  return q;
+}
+
+ClusterSpec JobController::ClusterOf(const std::vector<Member>& members) const {
+  ClusterSpec spec;
+  for (const Member& m : members) {
+    v1::Node* n = spec.add_nodes();
+    n->set_name(m.spec.node);
+    n->set_gpu(m.spec.gpu_type);
+    n->set_gpus(m.spec.gpus);
+  }
+  return spec;
+}
+
+void JobController::StartFirstPlan(const std::string& trigger) {
+  const std::vector<Member> members = membership_.Schedulable();
+  const ClusterSpec spec = ClusterOf(members);
+  {
+    absl::MutexLock lock(&mu_);
+    phase_ = "planning";
+  }
+  absl::StatusOr<PlanAnswer> answer = planner_->Plan(BaseQuery(spec));
+  auto failed = [&](const std::string& why) {
+    absl::MutexLock lock(&mu_);
+    phase_ = "waiting";
+    retry_at_ = clock_->Now() + config_.retry_after_failure;
+    error_ = why;
+    LOG(WARNING) << why;
+  };
+  if (!answer.ok()) {
+    Emit("error", absl::StrCat("first plan (", trigger, "): planner ",
+                               planner_->name(), ": ", answer.status().message()));
+    failed(std::string(answer.status().message()));
+    return;
+  }
+  absl::StatusOr<Cluster> cluster = ClusterFromMessage(spec, catalog_, "", "cluster");
+  CHECK(cluster.ok()) << cluster.status();  // members carry catalog ids
+  absl::StatusOr<Plan> plan = PlanFromJson(answer->plan, *cluster, catalog_, "plan");
+  if (!plan.ok()) {
+    Emit("error", absl::StrCat("first plan: the planner's answer: ",
+                               plan.status().message()));
+    failed(std::string(plan.status().message()));
+    return;
+  }
+  Emit("decision",
+       absl::StrFormat("first plan on %d GPUs (%s): %.3f it/s predicted",
+                       cluster->total_gpus(), trigger, Throughput(answer->plan)));
+  SwitchTarget target;
+  {
+    absl::MutexLock lock(&mu_);
+    target.generation = ++last_attempted_;
+  }
+  target.job = config_.job.job;
+  target.cluster = *cluster;
+  target.plan = *plan;
+  target.store_address = job_store_->address();
+  target.checkpoint_dir = config_.job.checkpoint_dir;
+  target.run_until = config_.job.iterations;
+  SwitchOutcome out = RunSwitch(target, answer->plan,
+                                ClusterToJson(*cluster, catalog_).dump());
+  if (!out.committed) failed(std::string(out.status.message()));
+}
+
+void JobController::Replan(const std::string& trigger) {
+  Cluster current_cluster;
+  Plan current_plan;
+  nlohmann::json current_json;
+  int64_t current_generation;
+  double fixed_cost;
+  {
+    absl::MutexLock lock(&mu_);
+    current_cluster = cluster_;
+    current_plan = plan_;
+    current_json = plan_json_;
+    current_generation = generation_;
+    fixed_cost = cost_model_.FixedCostSeconds();
+  }
+  const std::vector<Member> schedulable = membership_.Schedulable();
+  // Nodes of the current cluster that are gone hold nothing any more.
+  std::vector<migration::GpuId> lost;
+  std::set<std::string> lost_nodes;
+  for (const Node& n : current_cluster.nodes()) {
+    if (membership_.Find(n.name).has_value()) continue;
+    lost_nodes.insert(n.name);
+    for (int g = 0; g < n.num_gpus; ++g) lost.push_back({n.name, g});
+  }
+  const std::set<std::string> used = NodesUsed(current_plan, current_cluster);
+  DecisionInput in;
+  in.trigger = trigger;
+  in.horizon_s = absl::ToDoubleSeconds(config_.job.horizon);
+  in.fixed_cost_s = fixed_cost;
+  for (const std::string& n : lost_nodes) {
+    if (used.count(n) > 0) in.current_lost_gpu = true;
+  }
+
+  const ClusterSpec new_spec = ClusterOf(schedulable);
+  absl::StatusOr<ReplanAnswer> answer = absl::UnavailableError("no members");
+  if (!schedulable.empty()) {
+    ReplanQuery q;
+    q.plan = BaseQuery(new_spec);
+    q.current_cluster = ClusterToMessage(current_cluster, catalog_);
+    q.current_plan = nlohmann::json{{"templates", current_json["templates"]}};
+    answer = planner_->Replan(q);
+  }
+  if (!answer.ok()) {
+    in.new_plan_found = false;
+    in.new_plan_reason = std::string(answer.status().message());
+    // Without an answer the current plan's fate is known only from the
+    // membership: a node it uses left or drains.
+    for (const Member& m : membership_.Members()) {
+      if (m.draining && used.count(m.spec.node) > 0) {
+        in.current_feasible = false;
+        in.current_reason = absl::StrCat("node ", m.spec.node, " drains");
+      }
+    }
+  } else {
+    in.current_feasible = answer->current.feasible;
+    in.current_reason = answer->current.reason;
+    in.old_throughput =
+        answer->current.feasible ? Throughput(answer->current.plan) : 0;
+    in.new_throughput = Throughput(answer->new_plan.plan);
+    in.new_plan_same = answer->current.feasible &&
+                       TemplatesOf(answer->current.plan) ==
+                           TemplatesOf(answer->new_plan.plan);
+    in.migration_available = answer->migration.available;
+    in.migration_reason = answer->migration.reason;
+    in.migration_estimate_s = answer->migration.makespan_s;
+  }
+  const Decision d = Decide(in);
+  if (d.verdict != Verdict::kSwitch) {
+    RecordDecision(d, 0);
+    if (d.verdict == Verdict::kCannotSwitch) {
+      Fail(absl::StrCat("training cannot go on: ", d.reason));
+      absl::MutexLock lock(&mu_);
+      phase_ = "failed";
+    }
+    return;
+  }
+
+  // The switch's cluster: the new plan's plus the draining nodes still
+  // there, which are migration ranks until the switch commits.
+  std::vector<Member> switch_members = schedulable;
+  for (const Member& m : membership_.Members()) {
+    if (m.draining) switch_members.push_back(m);
+  }
+  std::sort(switch_members.begin(), switch_members.end(),
+            [](const Member& a, const Member& b) { return a.spec.node < b.spec.node; });
+  absl::StatusOr<Cluster> cluster =
+      ClusterFromMessage(ClusterOf(switch_members), catalog_, "", "cluster");
+  CHECK(cluster.ok()) << cluster.status();
+  absl::StatusOr<Plan> plan =
+      PlanFromJson(answer->new_plan.plan, *cluster, catalog_, "plan");
+  if (!plan.ok()) {
+    Decision refused = d;
+    refused.verdict = Verdict::kKeep;
+    refused.reason = absl::StrCat("the planner's plan does not read back: ",
+                                  plan.status().message());
+    RecordDecision(refused, 0);
+    return;
+  }
+  SwitchTarget target;
+  {
+    absl::MutexLock lock(&mu_);
+    target.generation = ++last_attempted_;
+  }
+  RecordDecision(d, target.generation);
+  target.job = config_.job.job;
+  target.cluster = *cluster;
+  target.plan = *plan;
+  target.old_cluster = current_cluster;
+  target.old_plan = current_plan;
+  target.old_generation = current_generation;
+  target.lost = lost;
+  target.store_address = job_store_->address();
+  target.run_until = config_.job.iterations;
+  SwitchOutcome out = RunSwitch(target, answer->new_plan.plan,
+                                ClusterToJson(*cluster, catalog_).dump());
+  if (out.committed) {
+    absl::MutexLock lock(&mu_);
+    cost_model_.Record(out.timings.downtime_s, in.migration_estimate_s);
+    // Drained nodes the new plan does not use are let go.
+    const std::set<std::string> now_used = NodesUsed(*plan, *cluster);
+    for (const Member& m : switch_members) {
+      if (m.draining && now_used.count(m.spec.node) == 0) {
+        membership_.Remove(m.spec.node);
+      }
+    }
+  } else {
+    absl::MutexLock lock(&mu_);
+    retry_at_ = clock_->Now() + config_.retry_after_failure;
+  }
+  (void)store_->SaveMembers(membership_.Members());
+}
+
+SwitchOutcome JobController::RunSwitch(SwitchTarget target,
+                                       const nlohmann::json& plan_json,
+                                       const std::string& cluster_json) {
+  const int64_t n = target.generation;
+  SwitchInProgress progress;
+  progress.generation = n;
+  progress.cluster_json = cluster_json;
+  progress.plan_json = plan_json.dump();
+  progress.started = clock_->Now();
+  const absl::Time started = absl::Now();
+  auto observer = [&](SwitchPhase phase) {
+    progress.phase = SwitchPhaseName(phase);
+    // Persisted before the phase's first RPC: a restart knows whether
+    // Commit may have been sent.
+    if (absl::Status s = store_->SaveSwitch(progress); !s.ok()) {
+      LOG(ERROR) << "persisting the switch's phase: " << s;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      phase_ = absl::StrCat("switching: ", progress.phase);
+    }
+    Emit("phase",
+         absl::StrFormat("generation %d: %s (%.3f s in)", n, progress.phase,
+                         absl::ToDoubleSeconds(absl::Now() - started)),
+         n);
+  };
+  auto lookup = [this](const std::string& node) { return AgentFor(node); };
+  SwitchOutcome out = reconfigurer_.Run(target, lookup, observer);
+  const std::string outcome =
+      out.committed ? "committed"
+                    : absl::StrCat("aborted in ", SwitchPhaseName(out.failed_in),
+                                   ": ", out.status.message());
+  v1::SwitchTimings timings = TimingsToProto(n, outcome, out.timings,
+                                             out.timings.estimated_seconds);
+  (void)store_->SaveSwitchRecord({n, outcome, ToJson(timings)});
+  if (out.committed) {
+    if (absl::Status s = store_->CommitSwitch(
+            {n, cluster_json, plan_json.dump()});
+        !s.ok()) {
+      LOG(ERROR) << "persisting the commit of generation " << n << ": " << s;
+    }
+    absl::MutexLock lock(&mu_);
+    generation_ = n;
+    cluster_ = target.cluster;
+    plan_ = target.plan;
+    plan_json_ = plan_json;
+    phase_ = "running";
+    last_switch_ = timings;
+    if (!out.status.ok()) error_ = std::string(out.status.message());
+  } else {
+    (void)store_->ClearSwitch();
+    absl::MutexLock lock(&mu_);
+    phase_ = generation_ > 0 ? "running" : "waiting";
+    last_switch_ = timings;
+    error_ = outcome;
+  }
+  Emit(out.committed ? "phase" : "error",
+       absl::StrFormat("generation %d %s: downtime %.3f s (pause %.3f, stage1 "
+                       "%.3f, stage2 %.3f, rebuild %.3f, commit %.3f, resume "
+                       "%.3f), total %.3f s",
+                       n, outcome, out.timings.downtime_s, out.timings.pause_s,
+                       out.timings.stage1_s, out.timings.stage2_s,
+                       out.timings.rebuild_s, out.timings.commit_s,
+                       out.timings.resume_s, out.timings.total_s),
+       n);
+  return out;
+}
+
+void JobController::RecordDecision(const Decision& d, int64_t generation) {
+  DecisionRecord r;
+  r.time = clock_->Now();
+  r.decision = d;
+  r.generation = generation;
+  absl::StatusOr<int64_t> id = store_->AppendDecision(r);
+  if (id.ok()) r.id = *id;
+  v1::Event e;
+  e.set_time_unix_s(UnixSeconds(r.time));
+  e.set_kind("decision");
+  e.set_message(absl::StrCat(VerdictName(d.verdict), " (", d.trigger, "): ",
+                             d.reason));
+  e.set_generation(generation);
+  *e.mutable_decision() = DecisionToProto(r);
+  LOG(INFO) << "decision: " << e.message();
+  events_.Add(std::move(e));
+}
+
+void JobController::PollAgents() {
+  std::vector<std::string> nodes;
+  int64_t generation;
+  {
+    absl::MutexLock lock(&mu_);
+    if (generation_ == 0) return;
+    const absl::Time now = absl::Now();
+    if (now - last_poll_ < config_.status_poll) return;
+    last_poll_ = now;
+    generation = generation_;
+    for (const Node& n : cluster_.nodes()) nodes.push_back(n.name);
+  }
+  int64_t iteration = -1;
+  double loss = 0, tokens = 0;
+  std::string rank_error;
+  for (const std::string& node : nodes) {
+    agent::AgentClient* c = AgentFor(node);
+    if (c == nullptr) continue;
+    absl::StatusOr<agent::NodeStatus> st = c->Status(generation);
+    if (!st.ok()) continue;  // its lease tells whether it is gone
+    for (const agent::RankStatus& r : st->ranks) {
+      if (!r.error.empty() && rank_error.empty()) {
+        rank_error = absl::StrCat("node ", node, " GPU ", r.gpu.index, ": ", r.error);
+      }
+      if (!r.in_plan) continue;
+      if (iteration < 0 || r.iteration < iteration) {
+        iteration = r.iteration;
+        loss = r.loss;
+      }
+      tokens = std::max(tokens, r.tokens_per_second);
+    }
+  }
+  if (!rank_error.empty()) Fail(rank_error);
+  if (iteration < 0) return;
+  bool advanced;
+  {
+    absl::MutexLock lock(&mu_);
+    advanced = iteration > iteration_;
+    iteration_ = iteration;
+    loss_ = loss;
+    tokens_per_s_ = tokens;
+    if (iteration >= config_.job.iterations && phase_ == "running") {
+      phase_ = "finished";
+    }
+  }
+  if (advanced) {
+    v1::Event e;
+    e.set_time_unix_s(UnixSeconds(clock_->Now()));
+    e.set_kind("iteration");
+    e.set_generation(generation);
+    e.set_iteration(iteration);
+    e.set_loss(loss);
+    e.set_message(absl::StrFormat("iteration %d loss %.6f", iteration, loss));
+    events_.Add(std::move(e));
+  }
+}
+
+}  // namespace arachne::controller

@@ -1,0 +1,173 @@
+// The job's controller (ARCHITECTURE.md §3): membership in, plans from the
+// planner, keep-or-switch decisions, and the live switch of the agents,
+// with everything that must survive a restart in the state store. The RPC
+// glue (controller_service.h) only converts and authenticates; this class
+// has no gRPC server in it.
+//
+// Level-triggered: one reconcile thread looks at what is (members, the
+// current plan, pending changes) and does the next step — the first plan
+// once min_gpus registered, a replan when membership says one is due — so
+// after a restart it recomputes what to do from the store instead of
+// replaying events. The reconcile thread runs every switch itself, so at
+// most one is in flight; RPCs (Register, Heartbeat, ...) keep being answered
+// meanwhile.
+//
+// Generations: generation g names one plan and every RPC and store prefix
+// of it carries g. An aborted switch burns its generation (the next attempt
+// takes a new one), so no key an aborted attempt left in the job's store is
+// ever read again.
+#ifndef ARACHNE_CONTROLLER_CONTROLLER_H_
+#define ARACHNE_CONTROLLER_CONTROLLER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "arachne/v1/controller.pb.h"
+#include "controller/clock.h"
+#include "controller/controller_config.h"
+#include "controller/decision.h"
+#include "controller/membership.h"
+#include "controller/planning.h"
+#include "controller/reconfigurer.h"
+#include "controller/store.h"
+#include "nlohmann/json.hpp"
+#include "planner_service/core/cluster.h"
+#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/plan.h"
+#include "worker_agent/agent_client.h"
+#include "worker_agent/job_store.h"
+
+namespace arachne::controller {
+
+struct JobControllerConfig {
+  JobSettings job;
+  std::string state_dir;
+  std::string store_host = "127.0.0.1";  // where the job's TCPStore listens
+  // Token and TLS of the calls to the agents (the address is each agent's).
+  agent::AgentClientConfig agent_client;
+  absl::Duration tick = absl::Milliseconds(50);
+  absl::Duration status_poll = absl::Milliseconds(100);
+  // After a failed first plan or switch, the next attempt waits this long.
+  absl::Duration retry_after_failure = absl::Seconds(5);
+};
+
+// The recent events kept for WatchEvents, with a sequence number each.
+class EventLog {
+ public:
+  explicit EventLog(size_t capacity = 4096) : capacity_(capacity) {}
+  void Add(v1::Event event);
+  // The events after sequence `after`, waiting up to `wait` for the first.
+  std::vector<v1::Event> After(int64_t after, absl::Duration wait) const;
+
+ private:
+  const size_t capacity_;
+  mutable absl::Mutex mu_;
+  std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);
+  int64_t next_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+class JobController {
+ public:
+  // Opens the store, reads back membership and the current plan, finishes
+  // or rolls back a switch found in progress, starts the job's TCPStore and
+  // the reconcile thread. Errors: the store's (DataLoss for a torn
+  // database), the TCPStore's.
+  static absl::StatusOr<std::unique_ptr<JobController>> Create(
+      JobControllerConfig config, GpuCatalog catalog,
+      std::unique_ptr<PlanSource> planner, const Clock* clock);
+  ~JobController();
+  // Stops the reconcile thread (a switch in flight finishes first). The
+  // agents train on.
+  void Stop();
+
+  // The RPCs, in messages; errors as Membership's (InvalidArgument naming
+  // the request field, NotFound, Unavailable for a backed-off node).
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& r);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& r);
+  absl::Status AnnounceJoin(const v1::AnnounceJoinRequest& r);
+  absl::Status DrainNode(const v1::DrainNodeRequest& r);
+  absl::Status RequestReplan(const v1::RequestReplanRequest& r);
+  absl::StatusOr<v1::GetStatusResponse> GetStatus();
+  const EventLog& events() const { return events_; }
+
+  int64_t generation() const;
+
+ private:
+  JobController(JobControllerConfig config, GpuCatalog catalog,
+                std::unique_ptr<PlanSource> planner, const Clock* clock,
+                std::unique_ptr<StateStore> store);
+
+  absl::Status Recover();
+  void Loop();
+  void ReconcileOnce();
+  void StartFirstPlan(const std::string& trigger);
+  void Replan(const std::string& trigger);
+  void PollAgents();
+  // Runs `target`; on commit makes it current. Returns the outcome.
+  SwitchOutcome RunSwitch(SwitchTarget target, const nlohmann::json& plan_json,
+                          const std::string& cluster_json);
+  void RecordDecision(const Decision& d, int64_t generation);
+  void Emit(const std::string& kind, const std::string& message,
+            int64_t generation = 0);
+  void Fail(const std::string& message);
+
+  PlanQuery BaseQuery(const ClusterSpec& cluster) const;
+  // The cluster message of `members` (by name, GPU types by canonical id).
+  ClusterSpec ClusterOf(const std::vector<Member>& members) const;
+  agent::AgentClient* AgentFor(const std::string& node);
+  void EnsureClient(const MemberSpec& spec);
+
+  const JobControllerConfig config_;
+  const GpuCatalog catalog_;
+  const std::unique_ptr<PlanSource> planner_;
+  const Clock* const clock_;
+  const std::unique_ptr<StateStore> store_;
+  Membership membership_;
+  Reconfigurer reconfigurer_;
+  std::unique_ptr<agent::JobStoreServer> job_store_;
+  EventLog events_;
+
+  mutable absl::Mutex mu_;
+  // Agent clients by node; a replaced client is kept (retired_) so that a
+  // switch holding a pointer to it never sees it freed.
+  std::map<std::string, std::unique_ptr<agent::AgentClient>> clients_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<agent::AgentClient>> retired_
+      ABSL_GUARDED_BY(mu_);
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_attempted_ ABSL_GUARDED_BY(mu_) = 0;  // burnt generations
+  Cluster cluster_ ABSL_GUARDED_BY(mu_);
+  Plan plan_ ABSL_GUARDED_BY(mu_);
+  nlohmann::json plan_json_ ABSL_GUARDED_BY(mu_);  // with its prediction
+  std::string phase_ ABSL_GUARDED_BY(mu_) = "waiting";
+  std::string error_ ABSL_GUARDED_BY(mu_);
+  int64_t iteration_ ABSL_GUARDED_BY(mu_) = 0;
+  double loss_ ABSL_GUARDED_BY(mu_) = 0;
+  double tokens_per_s_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::SwitchTimings last_switch_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Time> retry_at_ ABSL_GUARDED_BY(mu_);
+  SwitchCostModel cost_model_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_poll_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+
+  std::atomic<bool> stop_{false};
+  std::thread loop_;
+};
+
+// The message of a decision record.
+v1::Decision DecisionToProto(const DecisionRecord& record);
+
+}  // namespace arachne::controller
+
+#endif  // ARACHNE_CONTROLLER_CONTROLLER_H_

@@ -1,0 +1,365 @@
+#include "controller/controller_config.h"
+
+#include <cmath>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "glog/logging.h"
+#include "planner_service/io/config_file.h"
+#include "planner_service/server/planner_handler_impl.h"
+#include "planner_service/server/proto_convert.h"
+#include "worker_agent/agent_proto_convert.h"
+
+namespace arachne::controller {
+namespace {
+
+absl::Status FieldError(absl::string_view source, absl::string_view field,
+                        absl::string_view message) {
+  return absl::InvalidArgumentError(
+      source.empty() ? absl::StrCat(field, ": ", message)
+                     : absl::StrCat(source, ": ", field, ": ", message));
+}
+
+// A seconds value: finite and > 0 (the JSON mapping accepts "NaN").
+absl::StatusOr<absl::Duration> PositiveSeconds(double v, absl::string_view source,
+                                               absl::string_view field) {
+  if (!(std::isfinite(v) && v > 0)) {
+    return FieldError(source, field, absl::StrCat("must be > 0 seconds, got ", v));
+  }
+  return absl::Seconds(v);
+}
+
+}  // namespace
+
+absl::StatusOr<JobSettings> ResolveJob(const v1::JobSpec& spec,
+                                       absl::string_view source,
+                                       const GpuCatalog& catalog,
+                                       const std::vector<ModelSpec>& models) {
+  (void)catalog;
+  JobSettings j;
+  if (spec.model().name().empty() && spec.model().hf_config_json().empty()) {
+    return FieldError(source, "model",
+                      "required (model.name: a catalog model, or "
+                      "model.hf_config_json), got none");
+  }
+  j.model = ModelRefFromProto(spec.model());
+  absl::StatusOr<ModelSpec> model = ResolveModelRef(j.model, models);
+  if (!model.ok()) {
+    return absl::Status(
+        model.status().code(),
+        source.empty() ? std::string(model.status().message())
+                       : absl::StrCat(source, ": ", model.status().message()));
+  }
+  j.training = TrainingFromProto(spec.training());
+  absl::StatusOr<TrainingConfig> training = ResolveTraining(j.training);
+  if (!training.ok()) {
+    return absl::InvalidArgumentError(
+        source.empty() ? std::string(training.status().message())
+                       : absl::StrCat(source, ": ", training.status().message()));
+  }
+  j.job.model = *model;
+  j.job.training = *training;
+  j.job.engine = agent::EngineConfigFromProto(spec.engine());
+  if (absl::Status s = j.job.engine.Validate(); !s.ok()) {
+    return FieldError(source, "engine", s.message());
+  }
+  if (spec.iterations() < 1) {
+    return FieldError(source, "iterations",
+                      absl::StrCat("must be an integer >= 1, got ",
+                                   spec.iterations()));
+  }
+  j.iterations = spec.iterations();
+  if (spec.min_gpus() < 0) {
+    return FieldError(source, "min_gpus",
+                      absl::StrCat("must be >= 1 (or 0 for 1), got ",
+                                   spec.min_gpus()));
+  }
+  j.min_gpus = spec.min_gpus() == 0 ? 1 : spec.min_gpus();
+  if (spec.has_join_window_s()) {
+    if (!(std::isfinite(spec.join_window_s()) && spec.join_window_s() >= 0)) {
+      return FieldError(source, "join_window_s",
+                        absl::StrCat("must be >= 0 seconds, got ",
+                                     spec.join_window_s()));
+    }
+    j.membership.join_window = absl::Seconds(spec.join_window_s());
+  }
+  if (spec.has_switch_horizon_s()) {
+    absl::StatusOr<absl::Duration> d =
+        PositiveSeconds(spec.switch_horizon_s(), source, "switch_horizon_s");
+    if (!d.ok()) return d.status();
+    j.horizon = *d;
+  }
+  if (spec.has_switch_fixed_cost_s()) {
+    if (!(std::isfinite(spec.switch_fixed_cost_s()) &&
+          spec.switch_fixed_cost_s() >= 0)) {
+      return FieldError(source, "switch_fixed_cost_s",
+                        absl::StrCat("must be >= 0 seconds, got ",
+                                     spec.switch_fixed_cost_s()));
+    }
+    j.switch_fixed_cost_s = spec.switch_fixed_cost_s();
+  }
+  if (spec.has_flap_leaves()) {
+    if (spec.flap_leaves() < 1) {
+      return FieldError(source, "flap_leaves",
+                        absl::StrCat("must be >= 1, got ", spec.flap_leaves()));
+    }
+    j.membership.flap_leaves = spec.flap_leaves();
+  }
+  if (spec.has_flap_window_s()) {
+    absl::StatusOr<absl::Duration> d =
+        PositiveSeconds(spec.flap_window_s(), source, "flap_window_s");
+    if (!d.ok()) return d.status();
+    j.membership.flap_window = *d;
+  }
+  if (spec.has_flap_backoff_s()) {
+    absl::StatusOr<absl::Duration> d =
+        PositiveSeconds(spec.flap_backoff_s(), source, "flap_backoff_s");
+    if (!d.ok()) return d.status();
+    j.membership.flap_backoff = *d;
+  }
+  j.checkpoint_dir = spec.checkpoint_dir();
+
+  // The timeout hierarchy: each level must fit inside the next, or an outer
+  // timeout fires before the inner one it is meant to back up.
+  const v1::JobTimeouts& t = spec.timeouts();
+  struct Level {
+    const char* field;
+    bool has;
+    double value;
+    absl::Duration* out;
+  };
+  Level levels[] = {
+      {"timeouts.lease_s", t.has_lease_s(), t.lease_s(), &j.membership.lease},
+      {"timeouts.transfer_round_s", t.has_transfer_round_s(),
+       t.transfer_round_s(), &j.transfer_round},
+      {"timeouts.phase_s", t.has_phase_s(), t.phase_s(), &j.phase},
+      {"timeouts.switch_s", t.has_switch_s(), t.switch_s(), &j.switch_timeout},
+  };
+  for (Level& l : levels) {
+    if (!l.has) continue;
+    absl::StatusOr<absl::Duration> d = PositiveSeconds(l.value, source, l.field);
+    if (!d.ok()) return d.status();
+    *l.out = *d;
+  }
+  for (int i = 0; i + 1 < 4; ++i) {
+    if (*levels[i].out >= *levels[i + 1].out) {
+      return FieldError(
+          source, levels[i].field,
+          absl::StrCat("must be < ", levels[i + 1].field, " (",
+                       absl::ToDoubleSeconds(*levels[i + 1].out), "), got ",
+                       absl::ToDoubleSeconds(*levels[i].out),
+                       " (the hierarchy is lease_s < transfer_round_s < "
+                       "phase_s < switch_s)"));
+    }
+  }
+
+  const v1::JobPlanner& p = spec.planner();
+  j.planner_address = p.address();
+  if (!p.address().empty() && p.address().find(':') == std::string::npos) {
+    return FieldError(source, "planner.address",
+                      absl::StrCat("must be host:port, got \"", p.address(), "\""));
+  }
+  if (p.address().empty() && (!p.tls_ca().empty() || !p.tls_cert().empty() ||
+                              !p.token_file().empty())) {
+    return FieldError(source, "planner.address",
+                      "required with planner TLS or token settings (without "
+                      "an address the planner runs in process), got none");
+  }
+  j.planner_tls_ca = p.tls_ca();
+  j.planner_tls_cert = p.tls_cert();
+  j.planner_tls_key = p.tls_key();
+  if (!p.token_file().empty()) {
+    absl::StatusOr<std::string> token = ReadBearerTokenFile(
+        p.token_file(),
+        source.empty() ? "planner.token_file"
+                       : absl::StrCat(source, ": planner.token_file"));
+    if (!token.ok()) return token.status();
+    j.planner_token = *token;
+  }
+  j.planner = p.planner();
+  if (p.budget_s() < 0 || !std::isfinite(p.budget_s())) {
+    return FieldError(source, "planner.budget_s",
+                      absl::StrCat("must be > 0 (or 0 for 2), got ", p.budget_s()));
+  }
+  if (p.budget_s() > 0) j.planner_budget_s = p.budget_s();
+  j.planner_max_depth = p.max_depth();
+  j.planner_max_templates = p.max_templates();
+  j.planner_seed = p.seed();
+  return j;
+}
+
+absl::StatusOr<JobSettings> LoadJobFile(const std::string& path,
+                                        const GpuCatalog& catalog,
+                                        const std::vector<ModelSpec>& models) {
+  v1::JobSpec spec;
+  if (absl::Status s = LoadConfigFile(path, &spec); !s.ok()) {
+    if (s.code() == absl::StatusCode::kNotFound) {
+      return absl::NotFoundError(
+          absl::StrCat("job: cannot read \"", path, "\""));
+    }
+    return s;
+  }
+  return ResolveJob(spec, path, catalog, models);
+}
+
+namespace {
+
+bool Has(const v1::ControllerConfig& c, absl::string_view field) {
+  const google::protobuf::FieldDescriptor* fd =
+      c.GetDescriptor()->FindFieldByName(std::string(field));
+  CHECK(fd != nullptr) << "ControllerConfig has no field " << field;
+  return c.GetReflection()->HasField(c, fd);
+}
+
+std::string FlagName(absl::string_view field) {
+  return absl::StrCat("--", absl::StrReplaceAll(field, {{"_", "-"}}));
+}
+
+}  // namespace
+
+absl::StatusOr<ControllerSettings> ResolveControllerConfig(
+    const v1::ControllerConfig& file, absl::string_view file_source,
+    const v1::ControllerConfig& flags) {
+  v1::ControllerConfig c = file;
+  c.MergeFrom(flags);  // every field optional: copies exactly the flags given
+  // Where the user wrote a setting: the flag wins, as in the merge.
+  auto name = [&](absl::string_view field) {
+    if (Has(flags, field)) return FlagName(field);
+    if (Has(file, field) && !file_source.empty()) {
+      return absl::StrCat(file_source, ": ", field);
+    }
+    return FlagName(field);
+  };
+  auto required = [&](absl::string_view field) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        FlagName(field), ": required (or ", field, " in the config file), got none"));
+  };
+  ControllerSettings s;
+  if (c.has_listen()) {
+    if (c.listen().find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name("listen"), ": must be host:port, got \"", c.listen(), "\""));
+    }
+    s.listen = c.listen();
+  }
+  s.port_file = c.port_file();
+  if (c.state_dir().empty()) return required("state_dir");
+  s.state_dir = c.state_dir();
+  if (c.job().empty()) return required("job");
+  s.job_file = c.job();
+  s.tls.cert_file = c.tls_cert();
+  s.tls.key_file = c.tls_key();
+  s.tls.client_ca_file = c.tls_client_ca();
+  if (s.tls.cert_file.empty() &&
+      (!s.tls.key_file.empty() || !s.tls.client_ca_file.empty())) {
+    const char* other = s.tls.key_file.empty() ? "tls_client_ca" : "tls_key";
+    return absl::InvalidArgumentError(absl::StrCat(
+        name("tls_cert"), ": required with ", name(other), ", got none"));
+  }
+  if (!s.tls.cert_file.empty() && s.tls.key_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name("tls_key"), ": required with ", name("tls_cert"), ", got none"));
+  }
+  if (!c.token_file().empty()) {
+    absl::StatusOr<std::string> t =
+        ReadBearerTokenFile(c.token_file(), name("token_file"));
+    if (!t.ok()) return t.status();
+    s.bearer_token = *t;
+  }
+  s.agent_tls.ca_file = c.agent_tls_ca();
+  s.agent_tls.cert_file = c.agent_tls_cert();
+  s.agent_tls.key_file = c.agent_tls_key();
+  if (s.agent_tls.cert_file.empty() != s.agent_tls.key_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name("agent_tls_cert"), ", ", name("agent_tls_key"),
+        ": give both or neither"));
+  }
+  if (!s.agent_tls.cert_file.empty() && s.agent_tls.ca_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name("agent_tls_ca"), ": required with ", name("agent_tls_cert"),
+        ", got none"));
+  }
+  if (!c.agent_token_file().empty()) {
+    absl::StatusOr<std::string> t =
+        ReadBearerTokenFile(c.agent_token_file(), name("agent_token_file"));
+    if (!t.ok()) return t.status();
+    s.agent_token = *t;
+  }
+  if (c.has_store_host()) {
+    if (c.store_host().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name("store_host"), ": must be a host name or address, got \"\""));
+    }
+    s.store_host = c.store_host();
+  }
+  s.profiles_dir = c.profiles_dir();
+  if (c.has_grace_s()) {
+    if (!(std::isfinite(c.grace_s()) && c.grace_s() >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name("grace_s"), ": must be >= 0, got ", c.grace_s()));
+    }
+    s.grace = absl::Seconds(c.grace_s());
+  }
+  return s;
+}
+
+ControllerFlags::ControllerFlags(CLI::App& app) {
+  app.add_option("--config", config_file_,
+                 "settings file (YAML or JSON, arachne.v1.ControllerConfig: "
+                 "the flags below with '-' written '_'); flags given here "
+                 "override it");
+  struct Flag {
+    const char* name;
+    std::string* value;
+    const char* help;
+  };
+  for (const Flag& f : {
+           Flag{"--listen", &listen_, "host:port to serve arachne.v1.Controller on (port 0 picks one; see --port-file); default 127.0.0.1:0"},
+           Flag{"--port-file", &port_file_, "after listening, write the bound port to this file"},
+           Flag{"--state-dir", &state_dir_, "directory of the controller's SQLite database (required)"},
+           Flag{"--job", &job_, "the job file, YAML or JSON (arachne.v1.JobSpec; required)"},
+           Flag{"--tls-cert", &tls_cert_, "server certificate chain (PEM); enables TLS"},
+           Flag{"--tls-key", &tls_key_, "private key of --tls-cert (PEM)"},
+           Flag{"--tls-client-ca", &tls_client_ca_, "CA (PEM) client certificates must chain to; enables mutual TLS"},
+           Flag{"--token-file", &token_file_, "file holding the bearer token callers must send"},
+           Flag{"--agent-tls-ca", &agent_tls_ca_, "CA (PEM) of the agents' certificates; TLS to the agents"},
+           Flag{"--agent-tls-cert", &agent_tls_cert_, "client certificate (PEM) for the agents (mutual TLS)"},
+           Flag{"--agent-tls-key", &agent_tls_key_, "its private key (PEM)"},
+           Flag{"--agent-token-file", &agent_token_file_, "file holding the bearer token the agents require"},
+           Flag{"--store-host", &store_host_, "address the job's TCPStore listens on; default 127.0.0.1"},
+           Flag{"--profiles-dir", &profiles_dir_, "directory of gpus.yaml and models.yaml (default: built-in data)"},
+       }) {
+    // "--state-dir" sets the field state_dir.
+    strings_.push_back({app.add_option(f.name, *f.value, f.help), f.value,
+                        absl::StrReplaceAll(std::string(f.name).substr(2),
+                                            {{"-", "_"}})});
+  }
+  grace_opt_ = app.add_option("--grace-s", grace_s_,
+                              "on SIGTERM/SIGINT, seconds calls in flight get "
+                              "to finish; default 5");
+}
+
+v1::ControllerConfig ControllerFlags::Given() const {
+  v1::ControllerConfig given;
+  const google::protobuf::Descriptor* d = given.GetDescriptor();
+  const google::protobuf::Reflection* r = given.GetReflection();
+  for (const StringFlag& f : strings_) {
+    if (f.option->count() == 0) continue;
+    const google::protobuf::FieldDescriptor* fd = d->FindFieldByName(f.field);
+    CHECK(fd != nullptr) << "no ControllerConfig field " << f.field;
+    r->SetString(&given, fd, *f.value);
+  }
+  if (grace_opt_->count() > 0) given.set_grace_s(grace_s_);
+  return given;
+}
+
+absl::StatusOr<ControllerSettings> ControllerFlags::Settings() const {
+  v1::ControllerConfig file;
+  if (!config_file_.empty()) {
+    if (absl::Status s = LoadConfigFile(config_file_, &file); !s.ok()) return s;
+  }
+  return ResolveControllerConfig(file, config_file_, Given());
+}
+
+}  // namespace arachne::controller

@@ -1,0 +1,115 @@
+// The job file (`--job FILE`, arachne.v1.JobSpec) and the settings of
+// `arachne-controller` (flags and `--config FILE`, arachne.v1.ControllerConfig,
+// proto/arachne/v1/controller.proto), read with the same strict schema
+// reader as every other file (planner_service/io/config_file.h) and checked
+// into typed settings. Flags are defined only by ControllerFlags; a flag
+// given on the command line overrides the file.
+//
+// Errors name the setting where the user wrote it ("job.yaml:
+// timeouts.phase_s: must be < switch_s (120), got 200", "--state-dir:
+// required (or state_dir in the config file), got none"); all are
+// InvalidArgument except files that cannot be read (NotFound).
+#ifndef ARACHNE_CONTROLLER_CONTROLLER_CONFIG_H_
+#define ARACHNE_CONTROLLER_CONTROLLER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "arachne/v1/controller.pb.h"
+#include "controller/membership.h"
+#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model.h"
+#include "planner_service/server/planner_handler.h"
+#include "rpc/credentials.h"
+#include "worker_agent/engine/engine.h"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace arachne::controller {
+
+// A job, resolved and checked.
+struct JobSettings {
+  ModelRef model;            // as the planner takes it
+  TrainingSpec training;     // as the planner takes it
+  agent::JobSpec job;        // as the agents take it (model resolved)
+  int64_t iterations = 0;
+  int min_gpus = 1;
+  MembershipConfig membership;  // lease, join window, flapping
+  absl::Duration transfer_round = absl::Seconds(15);
+  absl::Duration phase = absl::Seconds(30);
+  absl::Duration switch_timeout = absl::Seconds(120);
+  absl::Duration horizon = absl::Seconds(3600);
+  double switch_fixed_cost_s = 2;
+  std::string checkpoint_dir;
+  // Planner: an empty address is the embedded planner.
+  std::string planner_address;
+  std::string planner_tls_ca, planner_tls_cert, planner_tls_key;
+  std::string planner_token;  // read from token_file
+  std::string planner;        // "" = exact
+  double planner_budget_s = 2;
+  int planner_max_depth = 0;
+  int planner_max_templates = 0;
+  uint64_t planner_seed = 0;
+};
+
+// Checks `spec` (read from `source`) against the catalogs.
+absl::StatusOr<JobSettings> ResolveJob(const v1::JobSpec& spec,
+                                       absl::string_view source,
+                                       const GpuCatalog& catalog,
+                                       const std::vector<ModelSpec>& models);
+// Reads, parses and resolves the job file at `path`.
+absl::StatusOr<JobSettings> LoadJobFile(const std::string& path,
+                                        const GpuCatalog& catalog,
+                                        const std::vector<ModelSpec>& models);
+
+struct ControllerSettings {
+  std::string listen = "127.0.0.1:0";
+  std::string port_file;
+  std::string state_dir;
+  std::string job_file;
+  ServerTlsConfig tls;
+  std::string bearer_token;  // callers must send it; "" = none
+  ClientTlsConfig agent_tls;
+  std::string agent_token;
+  std::string store_host = "127.0.0.1";
+  std::string profiles_dir;
+  absl::Duration grace = absl::Seconds(5);
+};
+
+// `file` (from `file_source`) with the fields set in `flags` replacing its
+// values, checked; token files read.
+absl::StatusOr<ControllerSettings> ResolveControllerConfig(
+    const v1::ControllerConfig& file, absl::string_view file_source,
+    const v1::ControllerConfig& flags);
+
+class ControllerFlags {
+ public:
+  explicit ControllerFlags(CLI::App& app);
+  v1::ControllerConfig Given() const;
+  absl::StatusOr<ControllerSettings> Settings() const;
+
+ private:
+  std::string config_file_;
+  std::string listen_, port_file_, state_dir_, job_, tls_cert_, tls_key_,
+      tls_client_ca_, token_file_, agent_tls_ca_, agent_tls_cert_,
+      agent_tls_key_, agent_token_file_, store_host_, profiles_dir_;
+  double grace_s_ = 5;
+  struct StringFlag {
+    CLI::Option* option;
+    std::string* value;
+    std::string field;  // the ControllerConfig field it sets
+  };
+  std::vector<StringFlag> strings_;
+  CLI::Option* grace_opt_ = nullptr;
+};
+
+}  // namespace arachne::controller
+
+#endif  // ARACHNE_CONTROLLER_CONTROLLER_CONFIG_H_

@@ -1,0 +1,86 @@
+// Keep-or-switch after a membership change (ARCHITECTURE.md §3, paper
+// §5.6): the controller switches
+//   - always, when the current plan lost a GPU or no longer fits the new
+//     cluster (it cannot go on), and
+//   - otherwise only when the training time the new plan saves over the
+//     horizon beats the downtime a switch costs:
+//        gain_s = horizon_s * (new - old) / new   >   downtime_s
+//        downtime_s = migration estimate + fixed cost
+//     (new, old: predicted iterations/s; gain_s is the seconds the new plan
+//     needs less than the old for the iterations the old one does in
+//     horizon_s). The fixed cost is what earlier switches took beyond their
+//     migration estimate (pause, rebuild, resume), measured, or a configured
+//     prior before the first switch.
+// So a join whose better plan gains too little over the horizon keeps the
+// current plan (the paper's "keep" case), and so does a new plan that is
+// not faster at all. Pure functions; every number is recorded.
+#ifndef ARACHNE_CONTROLLER_DECISION_H_
+#define ARACHNE_CONTROLLER_DECISION_H_
+
+#include <string>
+#include <vector>
+
+namespace arachne::controller {
+
+enum class Verdict {
+  kSwitch,
+  kKeep,
+  // The current plan cannot go on and no switch is possible (no new plan,
+  // or no live holder for some byte of its state): training stops.
+  kCannotSwitch,
+};
+const char* VerdictName(Verdict v);
+
+struct DecisionInput {
+  std::string trigger;  // what asked for the replan, for the record
+  // The current plan carried to the new cluster.
+  bool current_feasible = true;
+  std::string current_reason;  // when not feasible
+  bool current_lost_gpu = false;  // a GPU it uses left ungracefully
+  double old_throughput = 0;      // iterations/s, 0 when not feasible
+  // The new plan.
+  bool new_plan_found = true;
+  std::string new_plan_reason;  // when not found
+  bool new_plan_same = false;   // the planner returned the current plan
+  double new_throughput = 0;
+  // Migration from the current plan to the new one.
+  bool migration_available = true;
+  std::string migration_reason;
+  double migration_estimate_s = 0;
+  double fixed_cost_s = 0;
+  double horizon_s = 3600;
+};
+
+struct Decision {
+  Verdict verdict = Verdict::kKeep;
+  std::string reason;
+  std::string trigger;
+  double old_throughput = 0;
+  double new_throughput = 0;
+  double migration_estimate_s = 0;
+  double fixed_cost_s = 0;
+  double downtime_estimate_s = 0;
+  double horizon_s = 0;
+  double gain_s = 0;
+};
+
+Decision Decide(const DecisionInput& in);
+
+// The fixed cost of a switch beyond its migration estimate, learned from
+// the switches measured so far: their mean of (downtime - estimate),
+// floored at 0; `prior_s` until one was measured.
+class SwitchCostModel {
+ public:
+  explicit SwitchCostModel(double prior_s) : prior_s_(prior_s) {}
+  void Record(double measured_downtime_s, double migration_estimate_s);
+  double FixedCostSeconds() const;
+  int measured() const { return static_cast<int>(samples_.size()); }
+
+ private:
+  double prior_s_;
+  std::vector<double> samples_;
+};
+
+}  // namespace arachne::controller
+
+#endif  // ARACHNE_CONTROLLER_DECISION_H_

@@ -1,0 +1,106 @@
+// arachne-controller: the job's membership, keep-or-switch decisions and
+// live reconfiguration (docs/controller.md). Flags and the config file are
+// read by ControllerFlags (controller_config.h); everything else takes typed
+// configs.
+#include <pthread.h>
+#include <signal.h>
+
+#include <iostream>
+#include <memory>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "controller/clock.h"
+#include "controller/controller.h"
+#include "controller/controller_config.h"
+#include "controller/controller_service.h"
+#include "controller/planning.h"
+#include "glog/logging.h"
+#include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/model_io.h"
+#include "worker_agent/agent_config.h"
+
+namespace {
+
+int Usage(const absl::Status& s) {
+  std::cerr << "arachne-controller: " << s.message() << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace arachne;
+  using namespace arachne::controller;
+  CLI::App app{"arachne-controller: membership, replan decisions and live "
+               "reconfiguration of one job (arachne.v1.Controller)"};
+  ControllerFlags flags(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "arachne-controller: " << e.what() << "\n";
+    return 2;
+  }
+  // Bad settings, a bad job file or catalogs that cannot be read: exit 2
+  // naming the setting before anything starts.
+  absl::StatusOr<ControllerSettings> settings = flags.Settings();
+  if (!settings.ok()) return Usage(settings.status());
+  absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(settings->profiles_dir);
+  if (!catalog.ok()) return Usage(catalog.status());
+  absl::StatusOr<std::vector<ModelSpec>> models =
+      LoadModelCatalog(settings->profiles_dir);
+  if (!models.ok()) return Usage(models.status());
+  absl::StatusOr<JobSettings> job =
+      LoadJobFile(settings->job_file, *catalog, *models);
+  if (!job.ok()) return Usage(job.status());
+
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<PlanSource>> planner =
+      job->planner_address.empty()
+          ? MakeEmbeddedPlanSource(settings->profiles_dir)
+          : MakeRemotePlanSource({.address = job->planner_address,
+                                  .token = job->planner_token,
+                                  .tls_ca_file = job->planner_tls_ca,
+                                  .tls_cert_file = job->planner_tls_cert,
+                                  .tls_key_file = job->planner_tls_key});
+  if (!planner.ok()) return Usage(planner.status());
+
+  JobControllerConfig config;
+  config.job = *job;
+  config.state_dir = settings->state_dir;
+  config.store_host = settings->store_host;
+  config.agent_client.token = settings->agent_token;
+  config.agent_client.tls = settings->agent_tls;
+  arachne::controller::RealClock real_clock;
+  absl::StatusOr<std::unique_ptr<JobController>> controller =
+      JobController::Create(config, *catalog, *std::move(planner), &real_clock);
+  if (!controller.ok()) return Usage(controller.status());
+  ControllerService service(controller->get(), settings->bearer_token);
+  absl::StatusOr<std::unique_ptr<ControllerServer>> server =
+      ControllerServer::Start(&service,
+                              {.listen = settings->listen, .tls = settings->tls});
+  if (!server.ok()) return Usage(server.status());
+  if (!settings->port_file.empty()) {
+    if (absl::Status s =
+            agent::WritePortFile(settings->port_file, (*server)->port());
+        !s.ok()) {
+      return Usage(s);
+    }
+  }
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  LOG(INFO) << "signal " << signal << " received";
+  // The agents train on while the controller is down; a switch in flight
+  // finishes (or aborts) before the reconcile thread stops.
+  (*server)->Shutdown(settings->grace);
+  (*controller)->Stop();
+  return 0;
+}

@@ -1,0 +1,431 @@
+#include "controller/store.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <map>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace arachne::controller {
+namespace {
+
+bool IsCorruption(int rc) {
+  const int primary = rc & 0xff;
+  return primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB;
+}
+
+// One prepared statement, finalized on scope exit.
+class Statement {
+ public:
+  Statement(sqlite3* db, const std::string& sql) {
+    rc_ = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  int rc() const { return rc_; }
+  void Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()),
+                      SQLITE_TRANSIENT);
+  }
+  void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, int v) { sqlite3_bind_int(stmt_, i, v); }
+  int Step() { return sqlite3_step(stmt_); }
+  std::string Text(int c) const {
+    const unsigned char* p = sqlite3_column_text(stmt_, c);
+    return p == nullptr ? std::string()
+                        : std::string(reinterpret_cast<const char*>(p),
+                                      sqlite3_column_bytes(stmt_, c));
+  }
+  double Double(int c) const { return sqlite3_column_double(stmt_, c); }
+  int64_t Int(int c) const { return sqlite3_column_int64(stmt_, c); }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_ = SQLITE_OK;
+};
+
+double ToUnix(absl::Time t) {
+  if (t == absl::InfiniteFuture()) return -1;
+  return absl::ToDoubleSeconds(t - absl::UnixEpoch());
+}
+absl::Time FromUnix(double s) {
+  if (s < 0) return absl::InfiniteFuture();
+  return absl::UnixEpoch() + absl::Seconds(s);
+}
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS members(
+  node TEXT PRIMARY KEY, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL,
+  memory_gib REAL NOT NULL, address TEXT NOT NULL, draining INTEGER NOT NULL,
+  drain_deadline REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS decisions(
+  id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL,
+  trigger TEXT NOT NULL, verdict TEXT NOT NULL, reason TEXT NOT NULL,
+  old_throughput REAL NOT NULL, new_throughput REAL NOT NULL,
+  migration_estimate_s REAL NOT NULL, fixed_cost_s REAL NOT NULL,
+  downtime_estimate_s REAL NOT NULL, horizon_s REAL NOT NULL,
+  gain_s REAL NOT NULL, generation INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS switches(
+  generation INTEGER PRIMARY KEY, outcome TEXT NOT NULL,
+  timings_json TEXT NOT NULL);
+)sql";
+
+Verdict VerdictFromName(const std::string& s) {
+  if (s == "switch") return Verdict::kSwitch;
+  if (s == "cannot_switch") return Verdict::kCannotSwitch;
+  return Verdict::kKeep;
+}
+
+}  // namespace
+
+absl::Status StateStore::ErrorLocked(const std::string& what, int rc) const {
+  const std::string message =
+      absl::StrCat(path_, ": ", what, " (SQLite: ", sqlite3_errstr(rc),
+                   db_ != nullptr ? absl::StrCat("; ", sqlite3_errmsg(db_)) : "",
+                   ")");
+  if (IsCorruption(rc)) {
+    return absl::DataLossError(absl::StrCat(
+        message,
+        "; the database is torn or not a controller database: move it away "
+        "to start afresh, or restore a backup"));
+  }
+  return absl::InternalError(message);
+}
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
+    const std::string& state_dir) {
+  if (state_dir.empty()) {
+    return absl::InvalidArgumentError("state_dir: required, got none");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat(
+        "state_dir: cannot create \"", state_dir, "\": ", ec.message()));
+  }
+  const std::string path = (std::filesystem::path(state_dir) / "controller.db").string();
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db,
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+      nullptr);
+  std::unique_ptr<StateStore> store(new StateStore(path, db));
+  absl::MutexLock lock(&store->mu_);
+  if (rc != SQLITE_OK) return store->ErrorLocked("cannot open", rc);
+  sqlite3_busy_timeout(db, 5000);
+  // WAL: a writer never blocks readers and a crash mid-write leaves the last
+  // committed state. synchronous=FULL: a committed switch survives power loss.
+  if (absl::Status s = store->ExecLocked("PRAGMA journal_mode=WAL;"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = store->ExecLocked("PRAGMA synchronous=FULL;"); !s.ok()) {
+    return s;
+  }
+  {
+    Statement check(db, "PRAGMA quick_check;");
+    if (check.rc() != SQLITE_OK) {
+      return store->ErrorLocked("cannot check its integrity", check.rc());
+    }
+    const int step = check.Step();
+    if (step != SQLITE_ROW) {
+      return store->ErrorLocked("cannot check its integrity", step);
+    }
+    if (check.Text(0) != "ok") {
+      return absl::DataLossError(absl::StrCat(
+          path, ": fails its integrity check (", check.Text(0),
+          "); the database is torn: move it away to start afresh, or restore "
+          "a backup"));
+    }
+  }
+  if (absl::Status s = store->ExecLocked(kSchema); !s.ok()) return s;
+  {
+    Statement get(db, "SELECT value FROM meta WHERE key='schema_version';");
+    if (get.rc() != SQLITE_OK) return store->ErrorLocked("cannot read", get.rc());
+    if (get.Step() == SQLITE_ROW) {
+      const std::string version = get.Text(0);
+      if (version != std::to_string(kStoreSchemaVersion)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            path, ": schema version ", version, ", this controller reads ",
+            kStoreSchemaVersion));
+      }
+    } else if (absl::Status s = store->SetMetaLocked(
+                   "schema_version", std::to_string(kStoreSchemaVersion));
+               !s.ok()) {
+      return s;
+    }
+  }
+  return store;
+}
+
+StateStore::~StateStore() {
+  absl::MutexLock lock(&mu_);
+  if (db_ != nullptr) sqlite3_close_v2(db_);
+}
+
+absl::Status StateStore::ExecLocked(const std::string& sql) {
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
+  sqlite3_free(error);
+  if (rc != SQLITE_OK) return ErrorLocked("cannot run \"" + sql.substr(0, 40) + "\"", rc);
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::SetMetaLocked(const std::string& key,
+                                       const std::string& value) {
+  Statement s(db_, "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value=?2;");
+  if (s.rc() != SQLITE_OK) return ErrorLocked("cannot write " + key, s.rc());
+  s.Bind(1, key);
+  s.Bind(2, value);
+  if (int rc = s.Step(); rc != SQLITE_DONE) {
+    return ErrorLocked("cannot write " + key, rc);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::DeleteMetaLocked(const std::string& key) {
+  Statement s(db_, "DELETE FROM meta WHERE key=?1;");
+  if (s.rc() != SQLITE_OK) return ErrorLocked("cannot delete " + key, s.rc());
+  s.Bind(1, key);
+  if (int rc = s.Step(); rc != SQLITE_DONE) {
+    return ErrorLocked("cannot delete " + key, rc);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StoredState> StateStore::Load() {
+  absl::MutexLock lock(&mu_);
+  StoredState out;
+  std::map<std::string, std::string> meta;
+  {
+    Statement s(db_, "SELECT key, value FROM meta;");
+    if (s.rc() != SQLITE_OK) return ErrorLocked("cannot read meta", s.rc());
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) meta[s.Text(0)] = s.Text(1);
+    if (rc != SQLITE_DONE) return ErrorLocked("cannot read meta", rc);
+  }
+  auto get = [&](const std::string& k) {
+    auto it = meta.find(k);
+    return it == meta.end() ? std::string() : it->second;
+  };
+  if (!get("generation").empty()) {
+    out.current.generation = std::stoll(get("generation"));
+    out.current.cluster_json = get("cluster_json");
+    out.current.plan_json = get("plan_json");
+  }
+  if (!get("switch_generation").empty()) {
+    SwitchInProgress p;
+    p.generation = std::stoll(get("switch_generation"));
+    p.phase = get("switch_phase");
+    p.cluster_json = get("switch_cluster_json");
+    p.plan_json = get("switch_plan_json");
+    p.started = FromUnix(std::stod(get("switch_started")));
+    out.in_progress = p;
+  }
+  {
+    Statement s(db_,
+                "SELECT node, gpu_type, gpus, memory_gib, address, draining, "
+                "drain_deadline FROM members ORDER BY node;");
+    if (s.rc() != SQLITE_OK) return ErrorLocked("cannot read members", s.rc());
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      Member m;
+      m.spec.node = s.Text(0);
+      m.spec.gpu_type = s.Text(1);
+      m.spec.gpus = static_cast<int>(s.Int(2));
+      m.spec.memory_gib = s.Double(3);
+      m.spec.address = s.Text(4);
+      m.draining = s.Int(5) != 0;
+      m.drain_deadline = FromUnix(s.Double(6));
+      out.members.push_back(m);
+    }
+    if (rc != SQLITE_DONE) return ErrorLocked("cannot read members", rc);
+  }
+  return out;
+}
+
+absl::Status StateStore::SaveMembers(const std::vector<Member>& members) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = ExecLocked("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  absl::Status status = ExecLocked("DELETE FROM members;");
+  for (const Member& m : members) {
+    if (!status.ok()) break;
+    Statement s(db_,
+                "INSERT INTO members(node, gpu_type, gpus, memory_gib, address, "
+                "draining, drain_deadline) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7);");
+    if (s.rc() != SQLITE_OK) {
+      status = ErrorLocked("cannot write members", s.rc());
+      break;
+    }
+    s.Bind(1, m.spec.node);
+    s.Bind(2, m.spec.gpu_type);
+    s.Bind(3, m.spec.gpus);
+    s.Bind(4, m.spec.memory_gib);
+    s.Bind(5, m.spec.address);
+    s.Bind(6, m.draining ? 1 : 0);
+    s.Bind(7, ToUnix(m.drain_deadline));
+    if (int rc = s.Step(); rc != SQLITE_DONE) {
+      status = ErrorLocked("cannot write members", rc);
+    }
+  }
+  if (!status.ok()) {
+    ExecLocked("ROLLBACK;").IgnoreError();
+    return status;
+  }
+  return ExecLocked("COMMIT;");
+}
+
+absl::Status StateStore::SaveCurrentLocked(const CurrentPlanRecord& current) {
+  if (absl::Status s = SetMetaLocked("generation", std::to_string(current.generation)); !s.ok()) return s;
+  if (absl::Status s = SetMetaLocked("cluster_json", current.cluster_json); !s.ok()) return s;
+  return SetMetaLocked("plan_json", current.plan_json);
+}
+
+absl::Status StateStore::ClearSwitchLocked() {
+  for (const char* k : {"switch_generation", "switch_phase",
+                        "switch_cluster_json", "switch_plan_json",
+                        "switch_started"}) {
+    if (absl::Status s = DeleteMetaLocked(k); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+template <typename Body>
+absl::Status StateStore::TransactionLocked(Body body) {
+  if (absl::Status s = ExecLocked("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  absl::Status status = body();
+  if (!status.ok()) {
+    ExecLocked("ROLLBACK;").IgnoreError();
+    return status;
+  }
+  return ExecLocked("COMMIT;");
+}
+
+absl::Status StateStore::SaveCurrent(const CurrentPlanRecord& current) {
+  absl::MutexLock lock(&mu_);
+  return TransactionLocked([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return SaveCurrentLocked(current);
+  });
+}
+
+absl::Status StateStore::SaveSwitch(const SwitchInProgress& p) {
+  absl::MutexLock lock(&mu_);
+  return TransactionLocked([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+    if (absl::Status s = SetMetaLocked("switch_generation", std::to_string(p.generation)); !s.ok()) return s;
+    if (absl::Status s = SetMetaLocked("switch_phase", p.phase); !s.ok()) return s;
+    if (absl::Status s = SetMetaLocked("switch_cluster_json", p.cluster_json); !s.ok()) return s;
+    if (absl::Status s = SetMetaLocked("switch_plan_json", p.plan_json); !s.ok()) return s;
+    return SetMetaLocked("switch_started", absl::StrCat(ToUnix(p.started)));
+  });
+}
+
+absl::Status StateStore::ClearSwitch() {
+  absl::MutexLock lock(&mu_);
+  return TransactionLocked(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return ClearSwitchLocked(); });
+}
+
+absl::Status StateStore::CommitSwitch(const CurrentPlanRecord& current) {
+  absl::MutexLock lock(&mu_);
+  return TransactionLocked([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+    if (absl::Status s = SaveCurrentLocked(current); !s.ok()) return s;
+    return ClearSwitchLocked();
+  });
+}
+
+absl::StatusOr<int64_t> StateStore::AppendDecision(const DecisionRecord& r) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "INSERT INTO decisions(time, trigger, verdict, reason, "
+              "old_throughput, new_throughput, migration_estimate_s, "
+              "fixed_cost_s, downtime_estimate_s, horizon_s, gain_s, "
+              "generation) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+              "?11, ?12);");
+  if (s.rc() != SQLITE_OK) return ErrorLocked("cannot write a decision", s.rc());
+  const Decision& d = r.decision;
+  s.Bind(1, ToUnix(r.time));
+  s.Bind(2, d.trigger);
+  s.Bind(3, std::string(VerdictName(d.verdict)));
+  s.Bind(4, d.reason);
+  s.Bind(5, d.old_throughput);
+  s.Bind(6, d.new_throughput);
+  s.Bind(7, d.migration_estimate_s);
+  s.Bind(8, d.fixed_cost_s);
+  s.Bind(9, d.downtime_estimate_s);
+  s.Bind(10, d.horizon_s);
+  s.Bind(11, d.gain_s);
+  s.Bind(12, r.generation);
+  if (int rc = s.Step(); rc != SQLITE_DONE) {
+    return ErrorLocked("cannot write a decision", rc);
+  }
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+absl::StatusOr<std::vector<DecisionRecord>> StateStore::RecentDecisions(
+    int limit) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "SELECT id, time, trigger, verdict, reason, old_throughput, "
+              "new_throughput, migration_estimate_s, fixed_cost_s, "
+              "downtime_estimate_s, horizon_s, gain_s, generation FROM "
+              "decisions ORDER BY id DESC LIMIT ?1;");
+  if (s.rc() != SQLITE_OK) return ErrorLocked("cannot read decisions", s.rc());
+  s.Bind(1, limit);
+  std::vector<DecisionRecord> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    DecisionRecord r;
+    r.id = s.Int(0);
+    r.time = FromUnix(s.Double(1));
+    r.decision.trigger = s.Text(2);
+    r.decision.verdict = VerdictFromName(s.Text(3));
+    r.decision.reason = s.Text(4);
+    r.decision.old_throughput = s.Double(5);
+    r.decision.new_throughput = s.Double(6);
+    r.decision.migration_estimate_s = s.Double(7);
+    r.decision.fixed_cost_s = s.Double(8);
+    r.decision.downtime_estimate_s = s.Double(9);
+    r.decision.horizon_s = s.Double(10);
+    r.decision.gain_s = s.Double(11);
+    r.generation = s.Int(12);
+    out.push_back(r);
+  }
+  if (rc != SQLITE_DONE) return ErrorLocked("cannot read decisions", rc);
+  return out;
+}
+
+absl::Status StateStore::SaveSwitchRecord(const SwitchRecord& r) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "INSERT INTO switches(generation, outcome, timings_json) "
+              "VALUES(?1, ?2, ?3) ON CONFLICT(generation) DO UPDATE SET "
+              "outcome=?2, timings_json=?3;");
+  if (s.rc() != SQLITE_OK) return ErrorLocked("cannot write a switch", s.rc());
+  s.Bind(1, r.generation);
+  s.Bind(2, r.outcome);
+  s.Bind(3, r.timings_json);
+  if (int rc = s.Step(); rc != SQLITE_DONE) {
+    return ErrorLocked("cannot write a switch", rc);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SwitchRecord>> StateStore::SwitchRecords() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "SELECT generation, outcome, timings_json FROM switches ORDER "
+              "BY generation;");
+  if (s.rc() != SQLITE_OK) return ErrorLocked("cannot read switches", s.rc());
+  std::vector<SwitchRecord> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    out.push_back(SwitchRecord{s.Int(0), s.Text(1), s.Text(2)});
+  }
+  if (rc != SQLITE_DONE) return ErrorLocked("cannot read switches", rc);
+  return out;
+}
+
+}  // namespace arachne::controller

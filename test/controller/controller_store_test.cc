@@ -1,0 +1,165 @@
+// The SQLite state store: what is written reads back after a reopen, and a
+// torn or foreign database is refused precisely.
+#include "controller/store.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace arachne::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  std::string d = std::string(::testing::TempDir()) + "arachne-store-" + name +
+                  "-" + std::to_string(getpid());
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+Member M(const std::string& node, bool draining = false) {
+  Member m;
+  m.spec = MemberSpec{.node = node, .gpu_type = "A6000", .gpus = 2,
+                      .memory_gib = 48, .address = "127.0.0.1:7" + node};
+  m.draining = draining;
+  if (draining) m.drain_deadline = absl::FromUnixSeconds(1'700'000'030);
+  return m;
+}
+
+TEST(StateStore, EverythingReadsBackAfterReopening) {
+  const std::string dir = TempDir("reopen");
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->SaveMembers({M("a"), M("b", true)}).ok());
+    ASSERT_TRUE((*store)->SaveCurrent({1, "{\"nodes\":[]}", "{\"templates\":[]}"}).ok());
+    SwitchInProgress p{2, "migrate1", "{\"c\":1}", "{\"p\":2}",
+                       absl::FromUnixSeconds(1'700'000'000)};
+    ASSERT_TRUE((*store)->SaveSwitch(p).ok());
+    DecisionRecord r;
+    r.time = absl::FromUnixSeconds(1'700'000'001);
+    r.decision.verdict = Verdict::kSwitch;
+    r.decision.trigger = "join c";
+    r.decision.reason = "gain beats downtime";
+    r.decision.old_throughput = 561;
+    r.decision.new_throughput = 620;
+    r.decision.migration_estimate_s = 0.01;
+    r.decision.fixed_cost_s = 2;
+    r.decision.downtime_estimate_s = 2.01;
+    r.decision.horizon_s = 3600;
+    r.decision.gain_s = 342;
+    r.generation = 2;
+    ASSERT_TRUE((*store)->AppendDecision(r).ok());
+    r.decision.verdict = Verdict::kKeep;
+    r.generation = 0;
+    ASSERT_TRUE((*store)->AppendDecision(r).ok());
+    ASSERT_TRUE((*store)->SaveSwitchRecord({2, "committed", "{\"pause_s\":0.1}"}).ok());
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<StoredState> s = (*store)->Load();
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->members.size(), 2u);
+  EXPECT_EQ(s->members[0].spec, M("a").spec);
+  EXPECT_TRUE(s->members[1].draining);
+  EXPECT_EQ(s->members[1].drain_deadline, absl::FromUnixSeconds(1'700'000'030));
+  EXPECT_EQ(s->members[0].drain_deadline, absl::InfiniteFuture());
+  EXPECT_EQ(s->current.generation, 1);
+  EXPECT_EQ(s->current.plan_json, "{\"templates\":[]}");
+  ASSERT_TRUE(s->in_progress.has_value());
+  EXPECT_EQ(s->in_progress->generation, 2);
+  EXPECT_EQ(s->in_progress->phase, "migrate1");
+  EXPECT_EQ(s->in_progress->started, absl::FromUnixSeconds(1'700'000'000));
+  auto decisions = (*store)->RecentDecisions(10);
+  ASSERT_TRUE(decisions.ok());
+  ASSERT_EQ(decisions->size(), 2u);
+  EXPECT_EQ((*decisions)[0].decision.verdict, Verdict::kKeep);  // newest first
+  const DecisionRecord& sw = (*decisions)[1];
+  EXPECT_EQ(sw.decision.verdict, Verdict::kSwitch);
+  EXPECT_EQ(sw.decision.trigger, "join c");
+  EXPECT_DOUBLE_EQ(sw.decision.new_throughput, 620);
+  EXPECT_DOUBLE_EQ(sw.decision.gain_s, 342);
+  EXPECT_EQ(sw.generation, 2);
+  auto switches = (*store)->SwitchRecords();
+  ASSERT_TRUE(switches.ok());
+  ASSERT_EQ(switches->size(), 1u);
+  EXPECT_EQ((*switches)[0].outcome, "committed");
+
+  // A committed switch replaces the current plan and clears the switch.
+  ASSERT_TRUE((*store)->CommitSwitch({2, "{\"c\":1}", "{\"p\":2}"}).ok());
+  s = (*store)->Load();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->current.generation, 2);
+  EXPECT_FALSE(s->in_progress.has_value());
+  EXPECT_TRUE(std::filesystem::exists(dir + "/controller.db"));
+}
+
+TEST(StateStore, AFileThatIsNotADatabaseIsDataLossNamingIt) {
+  const std::string dir = TempDir("garbage");
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir + "/controller.db");
+    f << std::string(8192, 'x');
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
+  EXPECT_THAT(store.status().message(), HasSubstr(dir + "/controller.db"));
+  EXPECT_THAT(store.status().message(), HasSubstr("file is not a database"));
+  EXPECT_THAT(store.status().message(), HasSubstr("move it away"));
+}
+
+TEST(StateStore, ATornDatabaseIsDataLoss) {
+  const std::string dir = TempDir("torn");
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok());
+    std::vector<Member> many;
+    for (int i = 0; i < 200; ++i) many.push_back(M("node-" + std::to_string(i)));
+    ASSERT_TRUE((*store)->SaveMembers(many).ok());
+    DecisionRecord r;
+    r.decision.reason = std::string(2000, 'r');
+    for (int i = 0; i < 50; ++i) ASSERT_TRUE((*store)->AppendDecision(r).ok());
+  }
+  const std::string path = dir + "/controller.db";
+  const auto size = std::filesystem::file_size(path);
+  ASSERT_GT(size, 16384u);
+  // Torn: the second half of the file overwritten, as a crash of a careless
+  // copy or a bad disk leaves it.
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size / 2));
+    std::string junk(size / 2, '\x5a');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
+  EXPECT_THAT(store.status().message(), HasSubstr(path));
+}
+
+TEST(StateStore, AnotherSchemaVersionIsFailedPrecondition) {
+  const std::string dir = TempDir("version");
+  { ASSERT_TRUE(StateStore::Open(dir).ok()); }
+  // Rewrite the version with the sqlite3 command-line shell when present.
+  if (std::system("command -v sqlite3 > /dev/null") != 0) {
+    GTEST_SKIP() << "no sqlite3 shell";
+  }
+  ASSERT_EQ(std::system(("sqlite3 " + dir +
+                         "/controller.db \"UPDATE meta SET value='99' WHERE "
+                         "key='schema_version';\"")
+                            .c_str()),
+            0);
+  auto store = StateStore::Open(dir);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), HasSubstr("schema version 99"));
+}
+
+}  // namespace
+}  // namespace arachne::controller
