@@ -414,8 +414,17 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
   const bool initialize = args.generation == 1 && args.checkpoint_dir.empty();
   std::vector<EngineBuildTiming> timing(gpus_.count);
   std::vector<std::unique_ptr<migration::Transport>> transports(gpus_.count);
+  std::vector<migration::ShardSet> old_shards(gpus_.count), new_shards(gpus_.count);
   absl::Status built = ForEachParallel(gpus_.count, [&](int i) -> absl::Status {
     if (migrate && m.world_rank[i] >= 0) {
+      // The switch's buffers, allocated and first touched now: faulting in
+      // fresh pages ran at 1-2 GB/s and was most of the migration's time
+      // when it happened during the pause (bench/results/reconfig.md).
+      new_shards[i] = migration::ShardSet(m.diff.required[m.world_rank[i]]);
+      const Engine* old = m.current && m.current->engines[i]
+                              ? m.current->engines[i].get()
+                              : nullptr;
+      if (old != nullptr) old_shards[i] = migration::ShardSet(old->holdings());
       absl::StatusOr<std::unique_ptr<migration::TransportFactory>> factory =
           migration::MakeTransportFactory("gloo");
       if (!factory.ok()) return factory.status();
@@ -469,6 +478,8 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
 
   absl::MutexLock l(&m.mu);
   m.transports = std::move(transports);
+  m.old_shards = std::move(old_shards);
+  m.new_shards = std::move(new_shards);
   m.restore_from_checkpoint = !args.checkpoint_dir.empty();
   m.checkpoint_dir = args.checkpoint_dir;
   m.next = std::move(gen);
@@ -576,28 +587,17 @@ absl::Status NodeRuntime::Migrate(int64_t generation, int stage,
     }
   }
   const absl::Time start = absl::Now();
-  if (stage == 1) {
-    // The old state, read from the paused engines (they stay intact until
-    // Commit), and the buffers of the new.
-    m.old_shards.assign(gpus_.count, migration::ShardSet());
-    m.new_shards.assign(gpus_.count, migration::ShardSet());
-    for (int i = 0; i < gpus_.count; ++i) {
-      if (m.world_rank[i] < 0) continue;
-      m.new_shards[i] = migration::ShardSet(m.diff.required[m.world_rank[i]]);
-      Engine* old = m.current && m.current->engines[i]
-                        ? m.current->engines[i].get()
-                        : nullptr;
-      if (old != nullptr) {
-        m.old_shards[i] = migration::ShardSet(old->holdings());
-        if (absl::Status s = old->SaveState(&m.old_shards[i]); !s.ok()) {
-          return s;
-        }
-      }
-    }
-  }
   std::vector<migration::ExecutionReport> reports(gpus_.count);
   absl::Status s = ForEachParallel(gpus_.count, [&](int i) -> absl::Status {
     if (m.world_rank[i] < 0) return absl::OkStatus();
+    // Stage 1 starts by exporting the paused old engine's state (it stays
+    // intact until Commit) into the buffers Prepare allocated.
+    Engine* old = m.current && m.current->engines[i]
+                      ? m.current->engines[i].get()
+                      : nullptr;
+    if (stage == 1 && old != nullptr) {
+      if (absl::Status e = old->SaveState(&m.old_shards[i]); !e.ok()) return e;
+    }
     migration::ExecutorOptions opts;
     opts.round_timeout = timeout;
     opts.only_stage = stage;

@@ -10,18 +10,38 @@
 namespace arachne::migration {
 
 uint64_t Checksum(const void* data, size_t bytes) {
-  // FNV-1a over 8-byte words with a final avalanche: fast enough for GB/s
-  // and sensitive to every byte and its position.
+  // FNV-1a over 8-byte words in four independent lanes (32 bytes a step),
+  // folded together, then a final avalanche: sensitive to every byte and
+  // its position. One lane was a serial multiply chain at ~4 GB/s, which
+  // both ends of every transfer paid (bench/results/reconfig.md); four
+  // lanes keep the multiplier busy.
+  constexpr uint64_t kPrime = 0x100000001b3ull;
   const auto* p = static_cast<const uint8_t*>(data);
-  uint64_t h = 0xcbf29ce484222325ull ^ bytes;
+  uint64_t lane[4];
+  for (int l = 0; l < 4; ++l) {
+    lane[l] = (0xcbf29ce484222325ull ^ bytes) + 0x9e3779b97f4a7c15ull * l;
+  }
   size_t i = 0;
+  for (; i + 32 <= bytes; i += 32) {
+    for (int l = 0; l < 4; ++l) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * l, 8);
+      lane[l] = (lane[l] ^ w) * kPrime;
+      lane[l] ^= lane[l] >> 29;
+    }
+  }
+  uint64_t h = lane[0];
+  for (int l = 1; l < 4; ++l) {
+    h = (h ^ lane[l]) * kPrime;
+    h ^= h >> 29;
+  }
   for (; i + 8 <= bytes; i += 8) {
     uint64_t w;
     std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0x100000001b3ull;
+    h = (h ^ w) * kPrime;
     h ^= h >> 29;
   }
-  for (; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  for (; i < bytes; ++i) h = (h ^ p[i]) * kPrime;
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;
@@ -74,9 +94,8 @@ std::string Describe(const ModelState& state, int stage, int round,
 }
 
 // Wire form of a transfer: segments back to back, then a checksum each.
-size_t WireBytes(const Transfer& t) {
-  return static_cast<size_t>(t.bytes) + 8 * t.segments.size();
-}
+// Segments this large travel as their own message, without a copy.
+constexpr size_t kDirectSegmentBytes = size_t{256} << 10;
 
 }  // namespace
 
@@ -129,12 +148,18 @@ absl::Status ExecuteMigration(const ModelState& state, const StateDiff& diff,
         report->failed = FailedTransfer{stage, ri, t};
         return s;
       };
+      // On the wire, per transfer: every segment of at least
+      // kDirectSegmentBytes as its own op, straight from the old state and
+      // into the new (no copy); the smaller ones packed into one op; then
+      // one op of per-segment checksums. Both ends derive the same ops from
+      // the same transfer. The packing copies were a third of a large
+      // migration's time (bench/results/reconfig.md).
       std::vector<SendOp> sends;
       std::vector<RecvOp> recvs;
+      std::vector<uint64_t> send_sums, recv_sums;
       if (out != nullptr) {
-        send_buf.resize(WireBytes(*out));
-        size_t off = 0;
-        std::vector<uint64_t> sums;
+        send_buf.clear();
+        std::vector<SendOp> direct;
         for (const TransferSegment& seg : out->segments) {
           const uint8_t* from = old_state.Find(seg.tensor, seg.range);
           if (from == nullptr) {
@@ -143,16 +168,35 @@ absl::Status ExecuteMigration(const ModelState& state, const StateDiff& diff,
                 ": the sender's old state does not hold these bytes")));
           }
           const size_t n = static_cast<size_t>(seg.range.size());
-          std::memcpy(send_buf.data() + off, from, n);
-          sums.push_back(Checksum(from, n));
-          off += n;
+          send_sums.push_back(Checksum(from, n));
+          if (n >= kDirectSegmentBytes) {
+            direct.push_back({out->receiver, from, n});
+          } else {
+            send_buf.insert(send_buf.end(), from, from + n);
+          }
         }
-        std::memcpy(send_buf.data() + off, sums.data(), 8 * sums.size());
-        sends.push_back({out->receiver, send_buf.data(), send_buf.size()});
+        sends = std::move(direct);
+        if (!send_buf.empty()) {
+          sends.push_back({out->receiver, send_buf.data(), send_buf.size()});
+        }
+        sends.push_back({out->receiver, send_sums.data(), 8 * send_sums.size()});
       }
       if (in != nullptr) {
-        recv_buf.resize(WireBytes(*in));
-        recvs.push_back({in->sender, recv_buf.data(), recv_buf.size()});
+        size_t packed = 0;
+        for (const TransferSegment& seg : in->segments) {
+          const size_t n = static_cast<size_t>(seg.range.size());
+          uint8_t* to = new_state->Find(seg.tensor, seg.range);
+          CHECK(to != nullptr) << "schedule sends bytes the rank does not need";
+          if (n >= kDirectSegmentBytes) {
+            recvs.push_back({in->sender, to, n});
+          } else {
+            packed += n;
+          }
+        }
+        recv_buf.resize(packed);
+        if (packed > 0) recvs.push_back({in->sender, recv_buf.data(), packed});
+        recv_sums.resize(in->segments.size());
+        recvs.push_back({in->sender, recv_sums.data(), 8 * recv_sums.size()});
       }
       const uint64_t tag = (static_cast<uint64_t>(stage) << 32) | ri;
       if (absl::Status s =
@@ -167,23 +211,25 @@ absl::Status ExecuteMigration(const ModelState& state, const StateDiff& diff,
       ++sr.rounds;
       if (out != nullptr) sr.bytes_sent += out->bytes;
       if (in != nullptr) {
+        // Verify every segment where it landed; a direct segment already
+        // sits in the new state, which the caller drops on any error.
         size_t off = 0;
-        const uint8_t* sums = recv_buf.data() + in->bytes;
         for (size_t k = 0; k < in->segments.size(); ++k) {
           const TransferSegment& seg = in->segments[k];
           const size_t n = static_cast<size_t>(seg.range.size());
-          uint64_t want;
-          std::memcpy(&want, sums + 8 * k, 8);
-          if (Checksum(recv_buf.data() + off, n) != want) {
+          uint8_t* to = new_state->Find(seg.tensor, seg.range);
+          const uint8_t* got = to;
+          if (n < kDirectSegmentBytes) {
+            got = recv_buf.data() + off;
+            off += n;
+          }
+          if (Checksum(got, n) != recv_sums[k]) {
             return fail(*in, absl::DataLossError(absl::StrCat(
                 Describe(state, stage, ri, *in, &seg),
                 ": checksum of the received bytes differs from the "
                 "sender's")));
           }
-          uint8_t* to = new_state->Find(seg.tensor, seg.range);
-          CHECK(to != nullptr) << "schedule sends bytes the rank does not need";
-          std::memcpy(to, recv_buf.data() + off, n);
-          off += n;
+          if (got != to) std::memcpy(to, got, n);
         }
         sr.bytes_received += in->bytes;
       }

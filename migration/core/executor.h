@@ -3,12 +3,14 @@
 // Before the first round the rank copies the bytes it keeps from its old
 // state into its new state. Then, stage by stage and round by round (every
 // rank walks the same schedule), it sends the transfers whose sender it is
-// and receives those whose receiver it is. A transfer's segments travel
-// packed into one message followed by one checksum per segment, computed by
-// the sender over its own bytes; the receiver verifies each before copying
-// it into the new state. Receives only ever write the new state, so when a
-// round fails the old state is untouched and the caller can abort back to
-// the old plan.
+// and receives those whose receiver it is. A transfer's segments of 256 KiB
+// and more travel as their own messages, from the old state straight into
+// the new (no copy); the smaller ones packed into one message; then one
+// message of per-segment checksums, computed by the sender over its own
+// bytes. The receiver verifies every segment where it landed (DataLoss on a
+// mismatch). Receives only ever write the new state, so when a round fails
+// the old state is untouched and the caller can abort back to the old plan
+// (dropping the new state, which may hold bytes that failed their check).
 #ifndef ARACHNE_MIGRATION_CORE_EXECUTOR_H_
 #define ARACHNE_MIGRATION_CORE_EXECUTOR_H_
 

@@ -901,8 +901,11 @@ absl::Status ReferenceEngine::SaveState(migration::ShardSet* out) const {
         return absl::InternalError(absl::StrCat("SaveState: no buffer for ",
                                                 ts.name));
       }
-      torch::Tensor c = ToCanonical(p, parts[k]);
-      std::memcpy(to, c.data_ptr(), static_cast<size_t>(range.size()));
+      // Written in place through a view of the buffer: no temporary (a
+      // switch exports the whole state on the critical path).
+      torch::Tensor view = torch::from_blob(to, p.canonical_shape,
+                                            parts[k].options());
+      view.copy_(p.split == TpSplit::kRow ? parts[k].t() : parts[k]);
     }
   }
   uint8_t* sc = out->Find(scalars_id_, {0, 8 * kReferenceScalars});
@@ -936,7 +939,7 @@ absl::Status ReferenceEngine::LoadState(const migration::ShardSet& in) {
   }
   torch::NoGradGuard no_grad;
   for (Param& p : params_) {
-    torch::Tensor* parts[4] = {&p.weight, nullptr, &p.adam_m, &p.adam_v};
+    torch::Tensor parts[4] = {p.weight, p.master.detach(), p.adam_m, p.adam_v};
     for (int k = 0; k < 4; ++k) {
       const TensorSpec& ts = state_.tensor(p.ids[k]);
       const int bpe = migration::BytesPerElement(ts.kind);
@@ -950,16 +953,12 @@ absl::Status ReferenceEngine::LoadState(const migration::ShardSet& in) {
         return absl::InternalError(absl::StrCat("LoadState: no buffer for ",
                                                 ts.name));
       }
-      torch::Tensor c = torch::empty(
-          p.canonical_shape,
-          k == 0 ? torch::kBFloat16 : torch::kFloat32);
-      std::memcpy(c.data_ptr(), src, static_cast<size_t>(range.size()));
-      torch::Tensor e = FromCanonical(p, c);
-      if (k == 1) {
-        p.master.detach().copy_(e);
-      } else {
-        *parts[k] = e;
-      }
+      // Copied from a view of the received bytes into the engine's own
+      // tensors (allocated when it was built): no temporary.
+      torch::Tensor view = torch::from_blob(const_cast<uint8_t*>(src),
+                                            p.canonical_shape,
+                                            parts[k].options());
+      parts[k].copy_(p.split == TpSplit::kRow ? view.t() : view);
     }
   }
   scalars_ = sc;
