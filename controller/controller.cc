@@ -9,7 +9,9 @@
 #include "glog/logging.h"
 #include "google/protobuf/util/json_util.h"
 #include "planner_service/io/cluster_io.h"
+#include "migration/core/diff.h"
 #include "planner_service/io/plan_io.h"
+#include "worker_agent/engine/reference_engine.h"
 
 namespace arachne::controller {
 namespace {
@@ -130,10 +132,14 @@ JobController::JobController(JobControllerConfig config, GpuCatalog catalog,
       clock_(clock),
       store_(std::move(store)),
       membership_(config_.job.membership, clock),
-      reconfigurer_(ReconfigurerConfig{.phase_timeout = config_.job.phase,
-                                       .switch_timeout =
-                                           config_.job.switch_timeout},
-                    catalog_),
+      reconfigurer_(
+          ReconfigurerConfig{
+              .phase_timeout = config_.job.phase,
+              .switch_timeout = config_.job.switch_timeout,
+              .answers = [this](const std::string& node) {
+                return AgentAnswers(node);
+              }},
+          catalog_),
       cost_model_(config_.job.switch_fixed_cost_s) {}
 
 absl::StatusOr<std::unique_ptr<JobController>> JobController::Create(
@@ -150,7 +156,26 @@ absl::StatusOr<std::unique_ptr<JobController>> JobController::Create(
       agent::JobStoreServer::Start(c->config_.store_host, 0);
   if (!job_store.ok()) return job_store.status();
   c->job_store_ = *std::move(job_store);
+  c->planner_->SetNotify(
+      [p = c.get()](const std::string& m) { p->Emit("planner", m); });
   if (absl::Status s = c->Recover(); !s.ok()) return s;
+  // Level-triggered: changes that arrived before the restart but were not
+  // planned for yet (pending changes are not persisted) show as members
+  // the current cluster lacks, or nodes of it that are no members.
+  {
+    std::set<std::string> members, in_cluster;
+    for (const Member& m : c->membership_.Schedulable()) members.insert(m.spec.node);
+    int64_t generation;
+    {
+      absl::MutexLock lock(&c->mu_);
+      generation = c->generation_;
+      for (const Node& n : c->cluster_.nodes()) in_cluster.insert(n.name);
+    }
+    if (generation > 0 && members != in_cluster) {
+      c->membership_.RequestReplan(
+          "restart: the members differ from the current plan's cluster");
+    }
+  }
   c->loop_ = std::thread([p = c.get()]() { p->Loop(); });
   return c;
 }
@@ -267,7 +292,24 @@ absl::Status JobController::Recover() {
   std::vector<std::string> nodes;
   for (const Node& n : target_cluster->nodes()) nodes.push_back(n.name);
   auto lookup = [this](const std::string& n) { return AgentFor(n); };
-  if (p.phase == "commit" || p.phase == "resume") {
+  // Level-triggered: what the agents report decides, the stored phase only
+  // where they cannot tell. An agent already running generation n means
+  // Commit was sent, so the switch is finished on every agent; the stored
+  // phase "commit" means every agent rebuilt n, so finishing is safe too.
+  std::vector<std::string> committed_on;
+  for (const std::string& node : nodes) {
+    agent::AgentClient* client = AgentFor(node);
+    if (client == nullptr) continue;
+    absl::StatusOr<agent::NodeStatus> st = client->Status(p.generation);
+    if (st.ok() && st->current_generation == p.generation) {
+      committed_on.push_back(node);
+    }
+  }
+  if (!committed_on.empty() || p.phase == "commit" || p.phase == "resume") {
+    LOG(INFO) << "restart: switch to generation " << p.generation
+              << " found at " << p.phase << ", committed on "
+              << (committed_on.empty() ? std::string("no agent yet")
+                                       : absl::StrJoin(committed_on, ", "));
     absl::Status s = reconfigurer_.FinishCommit(p.generation,
                                                 config_.job.iterations, nodes,
                                                 lookup);
@@ -290,7 +332,10 @@ absl::Status JobController::Recover() {
     }
     Emit("phase",
          absl::StrCat("restart: finished the switch to generation ",
-                      p.generation, " found at ", p.phase,
+                      p.generation, " found at ", p.phase, " (committed on ",
+                      committed_on.empty() ? std::string("no agent")
+                                           : absl::StrJoin(committed_on, ", "),
+                      ")",
                       s.ok() ? "" : absl::StrCat(" (", s.message(), ")")),
          p.generation);
     return absl::OkStatus();
@@ -341,6 +386,11 @@ absl::StatusOr<v1::RegisterResponse> JobController::Register(
     return absl::InvalidArgumentError(
         absl::StrCat("gpus: must be in 1..64, got ", r.gpus()));
   }
+  if (!spec.node.empty() && !spec.gpu_type.empty() && spec.gpus >= 1 &&
+      !spec.address.empty()) {
+    // Nothing is recorded for a registration the agent itself contradicts.
+    if (absl::Status s = CheckAgent(spec); !s.ok()) return s;
+  }
   absl::StatusOr<bool> joined = membership_.Register(spec);
   if (!joined.ok()) return joined.status();
   EnsureClient(spec);
@@ -351,6 +401,66 @@ absl::StatusOr<v1::RegisterResponse> JobController::Register(
   out.set_lease_s(absl::ToDoubleSeconds(config_.job.membership.lease));
   out.set_generation(generation());
   return out;
+}
+
+absl::Status JobController::CheckAgent(const MemberSpec& spec) {
+  agent::AgentClientConfig c = config_.agent_client;
+  c.address = spec.address;
+  c.call_timeout = config_.register_check_timeout;
+  absl::StatusOr<std::unique_ptr<agent::AgentClient>> client =
+      agent::AgentClient::Connect(c);
+  if (!client.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address: ", client.status().message()));
+  }
+  absl::StatusOr<v1::StatusResponse> st = (*client)->StatusMessage(0);
+  if (!st.ok()) {
+    return absl::Status(
+        absl::IsUnauthenticated(st.status()) ? absl::StatusCode::kUnauthenticated
+                                             : absl::StatusCode::kUnavailable,
+        absl::StrCat("address: the agent at ", spec.address,
+                     " does not answer Status, so node ", spec.node,
+                     " cannot be checked: ", st.status().message()));
+  }
+  if (st->node() != spec.node) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node: \"", spec.node, "\", but the agent at ", spec.address,
+        " is node \"", st->node(), "\""));
+  }
+  absl::StatusOr<int> type = catalog_.IndexOf(st->gpu_type());
+  if (!type.ok() || catalog_.type(*type).id != spec.gpu_type) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpu_type: ", spec.gpu_type, ", but the agent at ", spec.address,
+        " (node ", spec.node, ") has ", st->gpu_type(), " GPUs"));
+  }
+  if (st->gpus() != spec.gpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpus: ", spec.gpus, ", but the agent at ", spec.address, " (node ",
+        spec.node, ") has ", st->gpus(), " GPUs"));
+  }
+  return absl::OkStatus();
+}
+
+bool JobController::AgentAnswers(const std::string& node) {
+  std::optional<Member> m = membership_.Find(node);
+  if (!m.has_value()) return false;
+  agent::AgentClientConfig c = config_.agent_client;
+  c.address = m->spec.address;
+  c.call_timeout = config_.register_check_timeout;
+  absl::StatusOr<std::unique_ptr<agent::AgentClient>> client =
+      agent::AgentClient::Connect(c);
+  return client.ok() && (*client)->StatusMessage(0).ok();
+}
+
+absl::Status JobController::CheckGeneration(int64_t generation,
+                                            const char* rpc) const {
+  if (generation == 0) return absl::OkStatus();
+  const int64_t current = this->generation();
+  if (generation == current) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "generation: ", rpc, " was sent for generation ", generation,
+      ", but the job's current generation is ", current,
+      " (read GetStatus again and decide anew)"));
 }
 
 absl::StatusOr<v1::HeartbeatResponse> JobController::Heartbeat(
@@ -382,12 +492,19 @@ absl::Status JobController::DrainNode(const v1::DrainNodeRequest& r) {
     return absl::InvalidArgumentError(
         absl::StrCat("deadline_s: must be > 0, got ", r.deadline_s()));
   }
+  if (absl::Status s = CheckGeneration(r.generation(), "DrainNode"); !s.ok()) {
+    return s;
+  }
   absl::Status s = membership_.Drain(r.node(), absl::Seconds(r.deadline_s()));
   if (s.ok()) (void)store_->SaveMembers(membership_.Members());
   return s;
 }
 
 absl::Status JobController::RequestReplan(const v1::RequestReplanRequest& r) {
+  if (absl::Status s = CheckGeneration(r.generation(), "RequestReplan");
+      !s.ok()) {
+    return s;
+  }
   membership_.RequestReplan(r.reason().empty() ? "requested" : r.reason());
   return absl::OkStatus();
 }
@@ -583,6 +700,7 @@ void JobController::Replan(const std::string& trigger) {
     for (int g = 0; g < n.num_gpus; ++g) lost.push_back({n.name, g});
   }
   const std::set<std::string> used = NodesUsed(current_plan, current_cluster);
+  std::string lost_note;  // how a leave's state is recovered, for the record
   DecisionInput in;
   in.trigger = trigger;
   in.horizon_s = absl::ToDoubleSeconds(config_.job.horizon);
@@ -624,7 +742,30 @@ void JobController::Replan(const std::string& trigger) {
     in.migration_reason = answer->migration.reason;
     in.migration_estimate_s = answer->migration.makespan_s;
   }
-  const Decision d = Decide(in);
+  // A leave that took state no survivor holds: the planner's migration
+  // check says so (the nodes that left are not in the new cluster). Then
+  // the state comes from the fallback checkpoint, or training stops.
+  std::string restore_from;
+  if (!lost_nodes.empty() && answer.ok() && !in.migration_available) {
+    const std::string gone = absl::StrJoin(lost_nodes, ", ");
+    if (!config_.job.fallback_checkpoint_dir.empty()) {
+      restore_from = config_.job.fallback_checkpoint_dir;
+      in.migration_available = true;
+      in.migration_estimate_s = 0;
+      lost_note = absl::StrCat("; node ", gone,
+                               " took state no surviving GPU holds (",
+                               in.migration_reason,
+                               "): restoring from the checkpoint in ",
+                               restore_from);
+    } else {
+      in.migration_reason = absl::StrCat(
+          "node ", gone, " left ungracefully and the new plan needs state no "
+          "surviving GPU holds (", in.migration_reason,
+          "); no fallback_checkpoint_dir is configured to restore it from");
+    }
+  }
+  Decision d = Decide(in);
+  d.reason += lost_note;
   if (d.verdict != Verdict::kSwitch) {
     RecordDecision(d, 0);
     if (d.verdict == Verdict::kCannotSwitch) {
@@ -656,6 +797,52 @@ void JobController::Replan(const std::string& trigger) {
     RecordDecision(refused, 0);
     return;
   }
+  // Check before pausing (ARCHITECTURE.md §3): the diff the agents will
+  // compute, here, with the GPUs of the nodes that left counted as lost.
+  // The planner's migration estimate assumed every old GPU still holds its
+  // state; a byte of the new plan that only a lost GPU held means the
+  // state must come from the checkpoint, or training stops.
+  if (!lost.empty() && restore_from.empty()) {
+    absl::StatusOr<migration::ModelState> state =
+        ReferenceModelState(config_.job.job);
+    CHECK(state.ok()) << state.status();  // the job was checked on load
+    migration::DiffOptions options;
+    for (const migration::GpuId& g : lost) {
+      // Only GPUs the new cluster names may be listed; the nodes that left
+      // are not in it and so hold nothing anyway.
+      for (const Node& n : cluster->nodes()) {
+        if (n.name == g.node) options.lost.push_back(g);
+      }
+    }
+    absl::StatusOr<migration::StateDiff> diff = migration::ComputeDiff(
+        *state, current_plan, current_cluster, *plan, *cluster,
+        migration::MigrationWorld(*cluster, catalog_), options);
+    if (!diff.ok()) {
+      const std::string gone = absl::StrJoin(lost_nodes, ", ");
+      if (config_.job.fallback_checkpoint_dir.empty()) {
+        d.verdict = Verdict::kCannotSwitch;
+        d.reason = absl::StrCat(
+            "node ", gone, " left ungracefully and the new plan needs state "
+            "no surviving GPU holds (", diff.status().message(),
+            "); no fallback_checkpoint_dir is configured to restore it from");
+        RecordDecision(d, 0);
+        Fail(absl::StrCat("training cannot go on: ", d.reason));
+        absl::MutexLock lock(&mu_);
+        phase_ = "failed";
+        return;
+      }
+      restore_from = config_.job.fallback_checkpoint_dir;
+      d.reason = absl::StrCat(d.reason, "; node ", gone,
+                              " took state no surviving GPU holds (",
+                              diff.status().message(),
+                              "): restoring from the checkpoint in ",
+                              restore_from);
+    } else {
+      d.reason = absl::StrCat(d.reason, "; every byte of the new plan still "
+                              "has a holder: recovering from the surviving "
+                              "replicas");
+    }
+  }
   SwitchTarget target;
   {
     absl::MutexLock lock(&mu_);
@@ -669,8 +856,19 @@ void JobController::Replan(const std::string& trigger) {
   target.old_plan = current_plan;
   target.old_generation = current_generation;
   target.lost = lost;
+  target.checkpoint_dir = restore_from;
   target.store_address = job_store_->address();
   target.run_until = config_.job.iterations;
+  // A draining node's deadline bounds the switch that moves its state off.
+  for (const Member& m : switch_members) {
+    if (!m.draining) continue;
+    const absl::Time at = absl::Now() + (m.drain_deadline - clock_->Now());
+    if (at < target.deadline) {
+      target.deadline = at;
+      target.deadline_reason =
+          absl::StrCat("the drain deadline of node ", m.spec.node);
+    }
+  }
   SwitchOutcome out = RunSwitch(target, answer->new_plan.plan,
                                 ClusterToJson(*cluster, catalog_).dump());
   if (out.committed) {
@@ -715,6 +913,13 @@ SwitchOutcome JobController::RunSwitch(SwitchTarget target,
          absl::StrFormat("generation %d: %s (%.3f s in)", n, progress.phase,
                          absl::ToDoubleSeconds(absl::Now() - started)),
          n);
+    // Only switches between plans: the first plan is no switch to fault.
+    if (!config_.hold.phase.empty() && config_.hold.phase == progress.phase &&
+        target.old_plan.has_value()) {
+      LOG(WARNING) << "failpoint: holding before " << progress.phase << " for "
+                   << absl::FormatDuration(config_.hold.hold);
+      absl::SleepFor(config_.hold.hold);
+    }
   };
   auto lookup = [this](const std::string& node) { return AgentFor(node); };
   SwitchOutcome out = reconfigurer_.Run(target, lookup, observer);

@@ -61,6 +61,11 @@ struct JobControllerConfig {
   absl::Duration status_poll = absl::Milliseconds(100);
   // After a failed first plan or switch, the next attempt waits this long.
   absl::Duration retry_after_failure = absl::Seconds(5);
+  // Test fault injection (--failpoint): every switch waits here.
+  SwitchHold hold;
+  // Register asks the agent at the registered address for its GPUs with
+  // this deadline.
+  absl::Duration register_check_timeout = absl::Seconds(3);
 };
 
 // The recent events kept for WatchEvents, with a sequence number each.
@@ -110,6 +115,12 @@ class JobController {
                 std::unique_ptr<StateStore> store);
 
   absl::Status Recover();
+  // The agent at spec.address is the node it claims, with those GPUs.
+  absl::Status CheckAgent(const MemberSpec& spec);
+  // A short Status call to the node's agent answered.
+  bool AgentAnswers(const std::string& node);
+  // FailedPrecondition unless `generation` is 0 or the current one.
+  absl::Status CheckGeneration(int64_t generation, const char* rpc) const;
   void Loop();
   void ReconcileOnce();
   void StartFirstPlan(const std::string& trigger);

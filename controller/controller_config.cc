@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "glog/logging.h"
@@ -119,6 +121,7 @@ absl::StatusOr<JobSettings> ResolveJob(const v1::JobSpec& spec,
     j.membership.flap_backoff = *d;
   }
   j.checkpoint_dir = spec.checkpoint_dir();
+  j.fallback_checkpoint_dir = spec.fallback_checkpoint_dir();
 
   // The timeout hierarchy: each level must fit inside the next, or an outer
   // timeout fires before the inner one it is meant to back up.
@@ -186,7 +189,50 @@ absl::StatusOr<JobSettings> ResolveJob(const v1::JobSpec& spec,
   j.planner_max_depth = p.max_depth();
   j.planner_max_templates = p.max_templates();
   j.planner_seed = p.seed();
+  if (p.has_retries()) {
+    if (p.retries() < 0 || p.retries() > 100) {
+      return FieldError(source, "planner.retries",
+                        absl::StrCat("must be in 0..100, got ", p.retries()));
+    }
+    j.planner_retries = p.retries();
+  }
+  if (p.has_retry_backoff_s()) {
+    absl::StatusOr<absl::Duration> d = PositiveSeconds(
+        p.retry_backoff_s(), source, "planner.retry_backoff_s");
+    if (!d.ok()) return d.status();
+    j.planner_retry_backoff = *d;
+  }
+  if (p.has_embedded_fallback()) j.planner_fallback = p.embedded_fallback();
+  if (p.address().empty() &&
+      (p.has_retries() || p.has_retry_backoff_s() || p.has_embedded_fallback())) {
+    return FieldError(source, "planner.address",
+                      "required with planner.retries, retry_backoff_s or "
+                      "embedded_fallback (the embedded planner is never "
+                      "unreachable), got none");
+  }
   return j;
+}
+
+absl::StatusOr<SwitchHold> ParseSwitchHold(absl::string_view text) {
+  static constexpr absl::string_view kPrefix = "hold-before-";
+  static constexpr const char* kPhases[] = {
+      "prepare", "pause", "migrate1", "migrate2", "rebuild", "commit", "resume"};
+  const size_t colon = text.find(':');
+  double seconds = 0;
+  if (!absl::StartsWith(text, kPrefix) || colon == absl::string_view::npos ||
+      !absl::SimpleAtod(text.substr(colon + 1), &seconds) ||
+      !std::isfinite(seconds) || seconds <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "must be hold-before-<phase>:<seconds > 0>, got \"", text, "\""));
+  }
+  const absl::string_view phase =
+      text.substr(kPrefix.size(), colon - kPrefix.size());
+  for (const char* p : kPhases) {
+    if (phase == p) return SwitchHold{std::string(phase), absl::Seconds(seconds)};
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown phase \"", phase, "\" in \"", text,
+      "\" (one of prepare, pause, migrate1, migrate2, rebuild, commit, resume)"));
 }
 
 absl::StatusOr<JobSettings> LoadJobFile(const std::string& path,
@@ -301,6 +347,14 @@ absl::StatusOr<ControllerSettings> ResolveControllerConfig(
     }
     s.grace = absl::Seconds(c.grace_s());
   }
+  if (!c.failpoint().empty()) {
+    absl::StatusOr<SwitchHold> hold = ParseSwitchHold(c.failpoint());
+    if (!hold.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name("failpoint"), ": ", hold.status().message()));
+    }
+    s.hold = *hold;
+  }
   return s;
 }
 
@@ -329,6 +383,7 @@ ControllerFlags::ControllerFlags(CLI::App& app) {
            Flag{"--agent-token-file", &agent_token_file_, "file holding the bearer token the agents require"},
            Flag{"--store-host", &store_host_, "address the job's TCPStore listens on; default 127.0.0.1"},
            Flag{"--profiles-dir", &profiles_dir_, "directory of gpus.yaml and models.yaml (default: built-in data)"},
+           Flag{"--failpoint", &failpoint_, "fault injection for tests: hold-before-<phase>:<seconds> waits there in every switch"},
        }) {
     // "--state-dir" sets the field state_dir.
     strings_.push_back({app.add_option(f.name, *f.value, f.help), f.value,

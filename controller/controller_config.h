@@ -48,6 +48,9 @@ struct JobSettings {
   absl::Duration horizon = absl::Seconds(3600);
   double switch_fixed_cost_s = 2;
   std::string checkpoint_dir;
+  // Restore from here when an ungraceful leave took bytes no surviving GPU
+  // holds; "" = stop training with an error then.
+  std::string fallback_checkpoint_dir;
   // Planner: an empty address is the embedded planner.
   std::string planner_address;
   std::string planner_tls_ca, planner_tls_cert, planner_tls_key;
@@ -57,7 +60,20 @@ struct JobSettings {
   int planner_max_depth = 0;
   int planner_max_templates = 0;
   uint64_t planner_seed = 0;
+  // A remote planner that does not answer: retries, back-off, fallback.
+  int planner_retries = 3;
+  absl::Duration planner_retry_backoff = absl::Milliseconds(500);
+  bool planner_fallback = true;
 };
+
+// The --failpoint of the end-to-end tests: every switch waits `hold` after
+// entering `phase` (persisted and announced) and before its first RPC.
+struct SwitchHold {
+  std::string phase;  // SwitchPhaseName's names; "" = none
+  absl::Duration hold = absl::ZeroDuration();
+};
+// "hold-before-<phase>:<seconds>"; InvalidArgument naming what is wrong.
+absl::StatusOr<SwitchHold> ParseSwitchHold(absl::string_view text);
 
 // Checks `spec` (read from `source`) against the catalogs.
 absl::StatusOr<JobSettings> ResolveJob(const v1::JobSpec& spec,
@@ -81,6 +97,7 @@ struct ControllerSettings {
   std::string store_host = "127.0.0.1";
   std::string profiles_dir;
   absl::Duration grace = absl::Seconds(5);
+  SwitchHold hold;  // --failpoint
 };
 
 // `file` (from `file_source`) with the fields set in `flags` replacing its
@@ -99,7 +116,8 @@ class ControllerFlags {
   std::string config_file_;
   std::string listen_, port_file_, state_dir_, job_, tls_cert_, tls_key_,
       tls_client_ca_, token_file_, agent_tls_ca_, agent_tls_cert_,
-      agent_tls_key_, agent_token_file_, store_host_, profiles_dir_;
+      agent_tls_key_, agent_token_file_, store_host_, profiles_dir_,
+      failpoint_;
   double grace_s_ = 5;
   struct StringFlag {
     CLI::Option* option;

@@ -64,14 +64,24 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   absl::StatusOr<std::unique_ptr<PlanSource>> planner =
-      job->planner_address.empty()
-          ? MakeEmbeddedPlanSource(settings->profiles_dir)
-          : MakeRemotePlanSource({.address = job->planner_address,
-                                  .token = job->planner_token,
-                                  .tls_ca_file = job->planner_tls_ca,
-                                  .tls_cert_file = job->planner_tls_cert,
-                                  .tls_key_file = job->planner_tls_key});
+      MakeEmbeddedPlanSource(settings->profiles_dir);
   if (!planner.ok()) return Usage(planner.status());
+  if (!job->planner_address.empty()) {
+    // The remote planner, retried while it does not answer, then the
+    // embedded one (unless the job says no fallback).
+    absl::StatusOr<std::unique_ptr<PlanSource>> remote =
+        MakeRemotePlanSource({.address = job->planner_address,
+                              .token = job->planner_token,
+                              .tls_ca_file = job->planner_tls_ca,
+                              .tls_cert_file = job->planner_tls_cert,
+                              .tls_key_file = job->planner_tls_key});
+    if (!remote.ok()) return Usage(remote.status());
+    planner = MakeRetryingPlanSource(
+        *std::move(remote),
+        job->planner_fallback ? *std::move(planner) : nullptr,
+        PlannerRetryConfig{.retries = job->planner_retries,
+                           .backoff = job->planner_retry_backoff});
+  }
 
   JobControllerConfig config;
   config.job = *job;
@@ -79,6 +89,7 @@ int main(int argc, char** argv) {
   config.store_host = settings->store_host;
   config.agent_client.token = settings->agent_token;
   config.agent_client.tls = settings->agent_tls;
+  config.hold = settings->hold;
   arachne::controller::RealClock real_clock;
   absl::StatusOr<std::unique_ptr<JobController>> controller =
       JobController::Create(config, *catalog, *std::move(planner), &real_clock);

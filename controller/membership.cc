@@ -80,6 +80,16 @@ void Membership::ExpireLocked(absl::Time now) {
                              " ran out without a heartbeat"),
                 now);
   }
+  // A drained node still here at its deadline is gone from then on (the
+  // machine is taken away), whatever was left on it: an ungraceful leave.
+  std::vector<std::string> overdue;
+  for (const auto& [name, m] : members_) {
+    if (m.draining && m.drain_deadline <= now) overdue.push_back(name);
+  }
+  for (const std::string& name : overdue) {
+    LeaveLocked(name, "its drain deadline passed before its state was moved off",
+                now);
+  }
 }
 
 absl::StatusOr<bool> Membership::Register(const MemberSpec& spec) {
@@ -121,6 +131,7 @@ absl::StatusOr<bool> Membership::Register(const MemberSpec& spec) {
   m.spec = spec;
   m.lease_expiry = now + config_.lease;
   members_[spec.node] = m;
+  released_.erase(spec.node);
   announced_.erase(spec.node);
   RecordLocked(ChangeKind::kJoin, spec.node,
                absl::StrCat(spec.gpus, " ", spec.gpu_type, " at ", spec.address),
@@ -133,6 +144,11 @@ absl::Status Membership::Heartbeat(const std::string& node) {
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);
   auto it = members_.find(node);
+  if (it == members_.end() && released_.count(node) > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node: \"", node,
+        "\" was drained and released; it joins again only by a new Register"));
+  }
   if (it == members_.end()) {
     return absl::NotFoundError(absl::StrCat(
         "node: \"", node,
@@ -197,6 +213,7 @@ void Membership::RequestReplan(const std::string& reason) {
 void Membership::Remove(const std::string& node) {
   absl::MutexLock lock(&mu_);
   members_.erase(node);
+  released_.insert(node);
 }
 
 std::vector<MembershipChange> Membership::Tick() {

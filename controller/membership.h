@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,18 +81,22 @@ class Membership {
   // whether this was a join.
   absl::StatusOr<bool> Register(const MemberSpec& spec);
   // Renews `node`'s lease. NotFound when it is not registered (never, or its
-  // lease ran out): the agent must Register again.
+  // lease ran out): the agent must Register again. FailedPrecondition for a
+  // node that was drained and released (Remove): its agent must not come
+  // back by itself (an agent started again registers anew).
   absl::Status Heartbeat(const std::string& node);
   // A replan waits (at most `within`) for these nodes to register.
   // InvalidArgument for no nodes, an empty name or within <= 0.
   absl::Status AnnounceJoin(const std::vector<std::string>& nodes,
                             absl::Duration within);
   // `node` leaves gracefully by `deadline` from now: it stays a member (its
-  // state must be moved off) but no new plan uses it. NotFound for an
+  // state must be moved off) but no new plan uses it; still a member at the
+  // deadline, it leaves as if its lease ran out (Tick records a kLeave). NotFound for an
   // unknown node, InvalidArgument for deadline <= 0.
   absl::Status Drain(const std::string& node, absl::Duration deadline);
   void RequestReplan(const std::string& reason);
-  // Removes a drained node once the plan no longer uses it (not a flap).
+  // Removes a drained node once the plan no longer uses it (not a flap);
+  // its heartbeats are refused from then on (see Heartbeat).
   void Remove(const std::string& node);
 
   // Expires the leases that ran out (each a kLeave, counted for flapping)
@@ -138,6 +143,7 @@ class Membership {
   std::map<std::string, std::deque<absl::Time>> leaves_ ABSL_GUARDED_BY(mu_);
   std::vector<MembershipChange> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<MembershipChange> log_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> released_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> first_pending_join_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -76,7 +76,8 @@ std::vector<absl::Status> Broadcast(
 absl::Status OnEveryAgent(
     const std::vector<std::string>& nodes,
     const Reconfigurer::AgentLookup& agents,
-    const std::function<absl::Status(agent::AgentClient&)>& fn) {
+    const std::function<absl::Status(agent::AgentClient&)>& fn,
+    const std::function<bool(const std::string&)>& answers) {
   const std::vector<absl::Status> status = Broadcast(nodes, agents, fn);
   // The root cause: when one agent fails, its peers in the same collective
   // time out or lose their connection; report the first error that is not
@@ -92,6 +93,15 @@ absl::Status OnEveryAgent(
     }
   }
   if (first < 0) return absl::OkStatus();
+  if (answers && consequence(status[first])) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (status[i].ok() || answers(nodes[i])) continue;
+      return absl::Status(status[i].code(),
+                          absl::StrCat("node ", nodes[i],
+                                       ": its agent does not answer: ",
+                                       status[i].message()));
+    }
+  }
   return absl::Status(status[first].code(),
                       absl::StrCat("node ", nodes[first], ": ",
                                    status[first].message()));
@@ -103,7 +113,9 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
   CHECK_GE(target.generation, 1);
   CHECK_EQ(target.old_plan.has_value(), target.old_cluster.has_value());
   const absl::Time start = absl::Now();
-  const absl::Time deadline = start + config_.switch_timeout;
+  const bool own_deadline = target.deadline < start + config_.switch_timeout;
+  const absl::Time deadline =
+      own_deadline ? target.deadline : start + config_.switch_timeout;
   const std::vector<std::string> nodes = NodesOf(target.cluster);
   const std::vector<std::string> old_nodes =
       target.old_cluster ? Reachable(NodesOf(*target.old_cluster), agents)
@@ -117,6 +129,11 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
   auto phase_timeout = [&]() -> absl::StatusOr<absl::Duration> {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
+      if (own_deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("switch to generation ", n, " ran past ",
+                         target.deadline_reason));
+      }
       return absl::DeadlineExceededError(absl::StrCat(
           "switch to generation ", n, " ran past its timeout of ",
           absl::FormatDuration(config_.switch_timeout)));
@@ -179,7 +196,7 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
     absl::MutexLock lock(&estimate_mu);
     t.estimated_seconds = std::max(t.estimated_seconds, r->estimated_seconds);
     return absl::OkStatus();
-  });
+  }, config_.answers);
   t.prepare_s = Since(phase_start);
   if (s.ok() && absl::Now() > deadline) {
     s = phase_timeout().status();
@@ -201,7 +218,7 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
       absl::MutexLock lock(&estimate_mu);
       t.paused_at_iteration = std::max(t.paused_at_iteration, *it);
       return absl::OkStatus();
-    });
+    }, config_.answers);
     t.pause_s = Since(pause_start);
     if (!s.ok()) return abort(SwitchPhase::kPause, s);
 
@@ -213,7 +230,7 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
       phase_start = absl::Now();
       s = OnEveryAgent(nodes, agents, [&, stage = stage](agent::AgentClient& a) {
         return a.Migrate(n, stage, *timeout);
-      });
+      }, config_.answers);
       (stage == 1 ? t.stage1_s : t.stage2_s) = Since(phase_start);
       if (!s.ok()) return abort(phase, s);
     }
@@ -224,7 +241,8 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
   if (!timeout.ok()) return abort(SwitchPhase::kRebuild, timeout.status());
   phase_start = absl::Now();
   s = OnEveryAgent(nodes, agents,
-                   [&](agent::AgentClient& a) { return a.Rebuild(n, *timeout); });
+                   [&](agent::AgentClient& a) { return a.Rebuild(n, *timeout); },
+                   config_.answers);
   t.rebuild_s = Since(phase_start);
   if (!s.ok()) return abort(SwitchPhase::kRebuild, s);
 

@@ -55,6 +55,10 @@ const char* SwitchPhaseName(SwitchPhase phase);
 struct ReconfigurerConfig {
   absl::Duration phase_timeout = absl::Seconds(30);
   absl::Duration switch_timeout = absl::Seconds(120);
+  // Whether a node's agent answers at all now (a short Status call). When a
+  // phase fails only with peers' timeouts and disconnections, the node
+  // whose agent does not answer is the root cause. Null: not asked.
+  std::function<bool(const std::string&)> answers;
 };
 
 struct SwitchTarget {
@@ -69,6 +73,10 @@ struct SwitchTarget {
   std::string store_address;
   std::string checkpoint_dir;
   int64_t run_until = 0;
+  // A deadline of its own, sooner than the switch timeout (a draining
+  // node's), and what it is, for the error when it passes.
+  absl::Time deadline = absl::InfiniteFuture();
+  std::string deadline_reason;
 };
 
 // The seconds of each phase as the controller saw them (call to the last
@@ -129,10 +137,14 @@ class Reconfigurer {
 // Calls `fn` on every (node, client) at once and returns the first error,
 // its message prefixed with the node ("node b: ..."); a null client is
 // Unavailable "node x: its agent is gone".
+// When every error is such a consequence and `answers` is given, the first
+// failed node whose agent does not answer is named instead ("node c: its
+// agent does not answer: ...").
 absl::Status OnEveryAgent(
     const std::vector<std::string>& nodes,
     const Reconfigurer::AgentLookup& agents,
-    const std::function<absl::Status(agent::AgentClient&)>& fn);
+    const std::function<absl::Status(agent::AgentClient&)>& fn,
+    const std::function<bool(const std::string&)>& answers = nullptr);
 
 }  // namespace arachne::controller
 

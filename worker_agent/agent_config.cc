@@ -95,6 +95,12 @@ absl::Status CheckValues(const v1::AgentConfig& config,
                       absl::StrCat("must be an integer in 1..", kMaxGpusPerNode,
                                    ", got ", config.virtual_gpus()));
   }
+  if (config.has_controller() &&
+      config.controller().find(':') == std::string::npos) {
+    return ValueError(
+        names, "controller",
+        absl::StrCat("must be host:port, got \"", config.controller(), "\""));
+  }
   // The protobuf JSON mapping accepts "NaN" and "Infinity" for doubles,
   // hence the finite check.
   if (config.has_grace_s() &&
@@ -209,6 +215,45 @@ absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
     if (!token.ok()) return token.status();
     settings.bearer_token = *std::move(token);
   }
+  settings.controller = config.controller();
+  settings.controller_tls.ca_file = config.controller_tls_ca();
+  settings.controller_tls.cert_file = config.controller_tls_cert();
+  settings.controller_tls.key_file = config.controller_tls_key();
+  // Settings of the controller channel without a controller are a mistake
+  // (a forgotten --controller), not something to ignore.
+  for (const char* field : {"controller_token_file", "controller_tls_ca",
+                            "controller_tls_cert", "controller_tls_key"}) {
+    if (settings.controller.empty() &&
+        (Has(file, field) || Has(flags, field))) {
+      return ValueError(names, field,
+                        absl::StrCat("given without ", names("controller"),
+                                     "; nothing would use it"));
+    }
+  }
+  if (settings.controller_tls.cert_file.empty() !=
+      settings.controller_tls.key_file.empty()) {
+    const char* missing = settings.controller_tls.cert_file.empty()
+                              ? "controller_tls_cert"
+                              : "controller_tls_key";
+    const char* given = settings.controller_tls.cert_file.empty()
+                            ? "controller_tls_key"
+                            : "controller_tls_cert";
+    return ValueError(names, missing,
+                      absl::StrCat("required with ", names(given), ", got none"));
+  }
+  if (!settings.controller_tls.cert_file.empty() &&
+      settings.controller_tls.ca_file.empty()) {
+    return ValueError(
+        names, "controller_tls_ca",
+        absl::StrCat("required with ", names("controller_tls_cert"),
+                     " (mutual TLS needs TLS), got none"));
+  }
+  if (!config.controller_token_file().empty()) {
+    absl::StatusOr<std::string> token = ReadBearerTokenFile(
+        config.controller_token_file(), names("controller_token_file"));
+    if (!token.ok()) return token.status();
+    settings.controller_token = *std::move(token);
+  }
   settings.port_file = config.port_file();
   if (config.has_grace_s()) settings.grace = absl::Seconds(config.grace_s());
   return settings;
@@ -289,6 +334,23 @@ AgentFlags::AgentFlags(CLI::App& app) {
       app.add_option("--grace-s", grace_s_,
                      "on SIGTERM/SIGINT, seconds calls in flight get to finish")
           ->capture_default_str();
+  controller_opt_ = app.add_option(
+      "--controller", controller_,
+      "host:port of the job's arachne-controller: register there and renew "
+      "the lease by Heartbeat (training goes on while it is unreachable)");
+  controller_token_file_opt_ = app.add_option(
+      "--controller-token-file", controller_token_file_,
+      "file holding the bearer token the controller requires");
+  controller_tls_ca_opt_ = app.add_option(
+      "--controller-tls-ca", controller_tls_ca_,
+      "CA certificates (PEM) of the controller's certificate; enables TLS to "
+      "the controller");
+  controller_tls_cert_opt_ = app.add_option(
+      "--controller-tls-cert", controller_tls_cert_,
+      "client certificate chain (PEM) for mutual TLS with the controller");
+  controller_tls_key_opt_ =
+      app.add_option("--controller-tls-key", controller_tls_key_,
+                     "private key of --controller-tls-cert (PEM)");
 }
 
 v1::AgentConfig AgentFlags::Given() const {
@@ -306,6 +368,19 @@ v1::AgentConfig AgentFlags::Given() const {
   if (token_file_opt_->count() > 0) given.set_token_file(token_file_);
   if (port_file_opt_->count() > 0) given.set_port_file(port_file_);
   if (grace_s_opt_->count() > 0) given.set_grace_s(grace_s_);
+  if (controller_opt_->count() > 0) given.set_controller(controller_);
+  if (controller_token_file_opt_->count() > 0) {
+    given.set_controller_token_file(controller_token_file_);
+  }
+  if (controller_tls_ca_opt_->count() > 0) {
+    given.set_controller_tls_ca(controller_tls_ca_);
+  }
+  if (controller_tls_cert_opt_->count() > 0) {
+    given.set_controller_tls_cert(controller_tls_cert_);
+  }
+  if (controller_tls_key_opt_->count() > 0) {
+    given.set_controller_tls_key(controller_tls_key_);
+  }
   return given;
 }
 

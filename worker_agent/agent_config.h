@@ -52,6 +52,10 @@ struct AgentSettings {
   std::string bearer_token;  // read from token_file; "" = none
   std::string port_file;     // "" = none
   absl::Duration grace = absl::Seconds(10);
+  // Self-registration (worker_agent/registration.h); "" = none.
+  std::string controller;
+  std::string controller_token;  // read from controller_token_file
+  ClientTlsConfig controller_tls;
 };
 
 // Parses `text` (YAML or JSON) read from `source` and checks each value it
@@ -102,6 +106,11 @@ class AgentFlags {
   int virtual_gpus_ = 0;
   std::string tls_cert_, tls_key_, tls_client_ca_, token_file_, port_file_;
   double grace_s_ = 0;
+  std::string controller_, controller_token_file_, controller_tls_ca_,
+      controller_tls_cert_, controller_tls_key_;
+  CLI::Option *controller_opt_, *controller_token_file_opt_,
+      *controller_tls_ca_opt_, *controller_tls_cert_opt_,
+      *controller_tls_key_opt_;
   CLI::Option *listen_opt_, *node_opt_, *host_opt_, *gpu_type_opt_,
       *virtual_gpus_opt_, *profiles_dir_opt_, *tls_cert_opt_, *tls_key_opt_,
       *tls_client_ca_opt_, *token_file_opt_, *port_file_opt_, *grace_s_opt_,

@@ -9,10 +9,12 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "worker_agent/agent_config.h"
 #include "worker_agent/agent_service.h"
 #include "worker_agent/node_runtime.h"
+#include "worker_agent/registration.h"
 #ifdef ARACHNE_AGENT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -94,9 +96,36 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Registration starts once the service answers, so the controller can
+  // reach the address it is given. It runs beside training and never
+  // blocks it: an unreachable controller is retried with back-off.
+  std::unique_ptr<arachne::agent::ControllerRegistration> registration;
+  if (!settings->controller.empty()) {
+    const arachne::GpuType& type = settings->catalog.type(settings->gpu_type);
+    arachne::agent::RegistrationConfig config;
+    config.controller = settings->controller;
+    config.token = settings->controller_token;
+    config.tls = settings->controller_tls;
+    config.node = settings->node;
+    config.gpu_type = type.id;
+    config.gpus = settings->gpu_count;
+    config.memory_gib = type.memory_gib;
+    config.address = absl::StrCat(settings->host, ":", (*server)->port());
+    absl::StatusOr<std::unique_ptr<arachne::agent::ControllerRegistration>> r =
+        arachne::agent::ControllerRegistration::Start(std::move(config));
+    if (!r.ok()) {
+      std::cerr << "arachne-agent: --controller " << settings->controller
+                << ": " << r.status().message() << "\n";
+      return 2;
+    }
+    registration = *std::move(r);
+  }
   int signal = 0;
   sigwait(&stop_signals, &signal);
   LOG(INFO) << "signal " << signal << " received";
+  // No more heartbeats: the controller sees the lease run out (there is no
+  // deregistration; a drain is the graceful way out).
+  registration.reset();
   // Calls in flight get the grace period; phase calls end by their own
   // timeouts at the latest. Only then are the ranks stopped.
   (*server)->Shutdown(settings->grace);

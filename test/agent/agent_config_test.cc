@@ -330,6 +330,66 @@ TEST_F(AgentConfigTest, TlsFilesComeInPairs) {
   EXPECT_EQ(s->tls.client_ca_file, "/ca.pem");
 }
 
+TEST_F(AgentConfigTest, ControllerSettingsAreRead) {
+  const std::string token = Write("controller-token", " s3cret\n");
+  absl::StatusOr<AgentSettings> s = FromArgs(
+      {"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1",
+       "--controller", "ctl:7000", "--controller-token-file", token,
+       "--controller-tls-ca", "/ca.pem", "--controller-tls-cert", "/c.pem",
+       "--controller-tls-key", "/k.pem"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->controller, "ctl:7000");
+  EXPECT_EQ(s->controller_token, "s3cret");
+  EXPECT_EQ(s->controller_tls.ca_file, "/ca.pem");
+  EXPECT_EQ(s->controller_tls.cert_file, "/c.pem");
+  EXPECT_EQ(s->controller_tls.key_file, "/k.pem");
+
+  // Without --controller nothing registers: no controller settings.
+  s = FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->controller.empty());
+}
+
+TEST_F(AgentConfigTest, BadControllerSettingsAreNamed) {
+  const std::vector<std::string> base = {
+      "--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return FromArgs(args);
+  };
+  absl::StatusOr<AgentSettings> s = with({"--controller", "ctl"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            "--controller: must be host:port, got \"ctl\"");
+  s = with({"--controller-tls-ca", "/ca.pem"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            "--controller-tls-ca: given without --controller; nothing would "
+            "use it");
+  s = with({"--controller", "ctl:1", "--controller-tls-ca", "/ca.pem",
+            "--controller-tls-cert", "/c.pem"});
+  EXPECT_EQ(s.status().message(),
+            "--controller-tls-key: required with --controller-tls-cert, got "
+            "none");
+  s = with({"--controller", "ctl:1", "--controller-tls-cert", "/c.pem",
+            "--controller-tls-key", "/k.pem"});
+  EXPECT_EQ(s.status().message(),
+            "--controller-tls-ca: required with --controller-tls-cert (mutual "
+            "TLS needs TLS), got none");
+  s = with({"--controller", "ctl:1", "--controller-token-file",
+            dir_ + "/absent"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.status().message(),
+            absl::StrCat("--controller-token-file: cannot read \"", dir_,
+                         "/absent\""));
+  // In the file, the file's field is named.
+  const std::string file = Write("agent.yaml", "controller: nope\n");
+  s = with({"--config", file});
+  EXPECT_EQ(s.status().message(),
+            absl::StrCat(file, ": controller: must be host:port, got \"nope\""));
+}
+
 TEST_F(AgentConfigTest, TokenFileErrorsNameTheFlagAndPath) {
   const std::vector<std::string> base = {
       "--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1"};

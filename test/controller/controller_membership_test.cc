@@ -120,6 +120,39 @@ TEST(Membership, ADrainingNodeStaysAMemberButIsNotSchedulable) {
   EXPECT_THAT(s.message(), HasSubstr("deadline_s: must be > 0, got 0"));
 }
 
+TEST(Membership, ADrainDeadlinePassedIsALeave) {
+  FakeClock clock;
+  Membership m(Config(), &clock);
+  ASSERT_TRUE(*m.Register(Spec("a")));
+  m.TakePending();
+  ASSERT_TRUE(m.Drain("a", absl::Seconds(5)).ok());
+  m.TakePending();
+  m.Tick();  // the join and the drain, logged
+  clock.Advance(absl::Seconds(4));
+  ASSERT_TRUE(m.Heartbeat("a").ok());  // still a member before the deadline
+  clock.Advance(absl::Seconds(1));
+  std::vector<MembershipChange> log = m.Tick();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].kind, ChangeKind::kLeave);
+  EXPECT_EQ(log[0].node, "a");
+  EXPECT_THAT(log[0].detail, HasSubstr("drain deadline passed"));
+  EXPECT_FALSE(m.Find("a").has_value());
+}
+
+TEST(Membership, AReleasedNodesHeartbeatIsRefusedUntilItRegistersAgain) {
+  FakeClock clock;
+  Membership m(Config(), &clock);
+  ASSERT_TRUE(*m.Register(Spec("a")));
+  ASSERT_TRUE(m.Drain("a", absl::Seconds(30)).ok());
+  m.Remove("a");
+  absl::Status s = m.Heartbeat("a");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("was drained and released"));
+  ASSERT_TRUE(*m.Register(Spec("a")));  // an agent started again
+  EXPECT_TRUE(m.Heartbeat("a").ok());
+  EXPECT_EQ(m.Heartbeat("b").code(), absl::StatusCode::kNotFound);
+}
+
 TEST(Membership, AFlappingNodeIsBackedOffWithGrowingBackoff) {
   FakeClock clock;
   Membership m(Config(), &clock);
