@@ -1,5 +1,6 @@
 #include "planner_service/cli/cli.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -11,9 +12,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "controller_client/controller_client.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/cli/bench_runner.h"
+#include "planner_service/cli/controller_status_text.h"
 #include "planner_service/cli/plan_svg.h"
 #include "planner_service/cli/plan_table.h"
 #include "planner_service/client/planner_client.h"
@@ -504,6 +508,150 @@ int RunGpus(const std::string& profiles_dir, const std::string& format,
   return kExitOk;
 }
 
+// --controller and its credentials, for status, watch, drain and replan.
+struct ControllerFlags {
+  std::string controller;  // HOST:PORT of arachne-controller
+  std::string token_file;
+  std::string tls_ca, tls_cert, tls_key;
+};
+
+void AddControllerFlags(CLI::App* cmd, ControllerFlags* f) {
+  cmd->add_option("--controller", f->controller,
+                  "HOST:PORT of a running arachne-controller")
+      ->required();
+  cmd->add_option("--token-file", f->token_file,
+                  "file holding the bearer token the controller requires "
+                  "(sent as 'authorization: Bearer <token>')");
+  cmd->add_option("--tls-ca", f->tls_ca,
+                  "CA certificate (PEM) to verify the controller's TLS "
+                  "certificate; without it the connection is plaintext");
+  cmd->add_option("--tls-cert", f->tls_cert,
+                  "client certificate (PEM) for mutual TLS");
+  cmd->add_option("--tls-key", f->tls_key, "key (PEM) of --tls-cert");
+}
+
+// The client library names its settings (address, token_file, ...); the
+// user typed flags, so errors name those.
+absl::Status NameFlag(const absl::Status& s) {
+  static constexpr std::pair<absl::string_view, absl::string_view> kFlags[] = {
+      {"address: ", "--controller: "},
+      {"token_file: ", "--token-file: "},
+      {"tls_ca_file: ", "--tls-ca: "},
+      {"tls_cert_file, tls_key_file: ", "--tls-cert, --tls-key: "},
+      {"tls_cert_file: ", "--tls-cert: "},
+      {"tls_key_file: ", "--tls-key: "}};
+  for (const auto& [field, flag] : kFlags) {
+    if (absl::StartsWith(s.message(), field)) {
+      return absl::Status(
+          s.code(), absl::StrCat(flag, s.message().substr(field.size())));
+    }
+  }
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<ControllerClient>> ConnectController(
+    const ControllerFlags& f) {
+  ControllerClientConfig config;
+  config.address = f.controller;
+  config.token_file = f.token_file;
+  config.tls_ca_file = f.tls_ca;
+  config.tls_cert_file = f.tls_cert;
+  config.tls_key_file = f.tls_key;
+  absl::StatusOr<std::unique_ptr<ControllerClient>> client =
+      MakeGrpcControllerClient(config);
+  if (!client.ok()) return NameFlag(client.status());
+  return client;
+}
+
+// Errors of a controller call: exit 2 for what the user can fix by what
+// they typed (a wrong node, a missing token), 1 for a controller that
+// cannot be reached or failed.
+int FailController(std::ostream& err, const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kUnauthenticated) {
+    err << "error: " << s.message() << "\n";
+    return kExitBadInput;
+  }
+  return Fail(err, s);
+}
+
+int RunStatusCommand(const ControllerFlags& f, const std::string& format,
+              std::ostream& out, std::ostream& err) {
+  if (absl::Status s = CheckFormat(format); !s.ok()) return Fail(err, s);
+  absl::StatusOr<std::unique_ptr<ControllerClient>> client =
+      ConnectController(f);
+  if (!client.ok()) return Fail(err, client.status());
+  absl::StatusOr<v1::GetStatusResponse> status = (*client)->GetStatus();
+  if (!status.ok()) return FailController(err, status.status());
+  if (format == "json") {
+    out << ControllerStatusJson(*status) << "\n";
+  } else {
+    out << RenderControllerStatus(*status, f.controller, absl::LocalTimeZone());
+  }
+  return kExitOk;
+}
+
+int RunWatch(const ControllerFlags& f, int64_t after, int64_t max_events,
+             const std::string& format, std::ostream& out, std::ostream& err) {
+  if (absl::Status s = CheckFormat(format); !s.ok()) return Fail(err, s);
+  if (after < 0) {
+    return Fail(err, absl::InvalidArgumentError(
+                         absl::StrCat("--after: must be >= 0, got ", after)));
+  }
+  if (max_events < 0) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--max-events: must be >= 0, got ", max_events)));
+  }
+  absl::StatusOr<std::unique_ptr<ControllerClient>> client =
+      ConnectController(f);
+  if (!client.ok()) return Fail(err, client.status());
+  // The stream does not say when it is up; a status call first turns a
+  // wrong address or token into an error at once rather than a silent wait.
+  if (absl::StatusOr<v1::GetStatusResponse> status = (*client)->GetStatus();
+      !status.ok()) {
+    return FailController(err, status.status());
+  }
+  int64_t seen = 0;
+  const absl::TimeZone zone = absl::LocalTimeZone();
+  absl::Status s = (*client)->WatchEvents(after, [&](const v1::Event& e) {
+    out << (format == "json" ? EventJson(e) : RenderEvent(e, zone)) << "\n";
+    out.flush();  // one line per event, as it happens, also into a pipe
+    return max_events == 0 || ++seen < max_events;
+  });
+  if (!s.ok()) return FailController(err, s);
+  return kExitOk;
+}
+
+int RunDrain(const ControllerFlags& f, const std::string& node,
+             double deadline_s, std::ostream& out, std::ostream& err) {
+  if (!(deadline_s > 0) || !std::isfinite(deadline_s)) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--deadline-s: must be > 0 seconds, got ", deadline_s)));
+  }
+  absl::StatusOr<std::unique_ptr<ControllerClient>> client =
+      ConnectController(f);
+  if (!client.ok()) return Fail(err, client.status());
+  if (absl::Status s = (*client)->DrainNode(node, deadline_s); !s.ok()) {
+    return FailController(err, s);
+  }
+  out << absl::StrFormat(
+      "draining %s: its state moves off within %.0f s (follow with arachne "
+      "watch --controller %s)\n",
+      node, deadline_s, f.controller);
+  return kExitOk;
+}
+
+int RunReplan(const ControllerFlags& f, const std::string& reason,
+              std::ostream& out, std::ostream& err) {
+  absl::StatusOr<std::unique_ptr<ControllerClient>> client =
+      ConnectController(f);
+  if (!client.ok()) return Fail(err, client.status());
+  if (absl::Status s = (*client)->RequestReplan(reason); !s.ok()) {
+    return FailController(err, s);
+  }
+  out << "replan requested\n";
+  return kExitOk;
+}
+
 // Flags of `arachne bench` beyond BenchOptions.
 struct BenchFlags {
   BenchOptions options;
@@ -674,6 +822,49 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   bench->add_flag("--no-plots", bench_flags.no_plots,
                   "write the CSV and Markdown results only");
 
+  // The live job: a running arachne-controller (docs/cli.md#the-live-job).
+  ControllerFlags status_flags;
+  std::string status_format = "table";
+  CLI::App* status = app.add_subcommand(
+      "status", "a controller's job: members, plan, progress, decisions");
+  AddControllerFlags(status, &status_flags);
+  status->add_option("--format", status_format, "table or json");
+
+  ControllerFlags watch_flags;
+  std::string watch_format = "table";
+  int64_t watch_after = 0, watch_max_events = 0;
+  CLI::App* watch = app.add_subcommand(
+      "watch", "a controller's events, one line each, until interrupted");
+  AddControllerFlags(watch, &watch_flags);
+  watch->add_option("--format", watch_format,
+                    "table (readable lines) or json (one object per line)");
+  watch->add_option("--after", watch_after,
+                    "only events after this sequence number (0: from the "
+                    "oldest the controller kept)");
+  watch->add_option("--max-events", watch_max_events,
+                    "exit after this many events (0: until interrupted or "
+                    "the controller ends the stream)");
+
+  ControllerFlags drain_flags;
+  std::string drain_node;
+  double drain_deadline_s = 120;
+  CLI::App* drain = app.add_subcommand(
+      "drain", "gracefully remove a node from a controller's job");
+  AddControllerFlags(drain, &drain_flags);
+  drain->add_option("--node", drain_node, "the node to drain")->required();
+  drain->add_option("--deadline-s", drain_deadline_s,
+                    "seconds until the node goes away (e.g. a preemption "
+                    "notice)")
+      ->capture_default_str();
+
+  ControllerFlags replan_flags;
+  std::string replan_reason = "requested by arachne replan";
+  CLI::App* replan =
+      app.add_subcommand("replan", "ask a controller to replan now");
+  AddControllerFlags(replan, &replan_flags);
+  replan->add_option("--reason", replan_reason, "for the decision log")
+      ->capture_default_str();
+
 #ifdef ARACHNE_HAVE_TORCH
   TrainOptions train_options;
   CLI::App* train = AddTrainCommand(&app, &train_options);
@@ -716,6 +907,15 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
         << (md_out.empty() ? "" : " " + md_out) << "\n";
     return kExitOk;
   }
+  if (*status) return RunStatusCommand(status_flags, status_format, out, err);
+  if (*watch) {
+    return RunWatch(watch_flags, watch_after, watch_max_events, watch_format,
+                    out, err);
+  }
+  if (*drain) {
+    return RunDrain(drain_flags, drain_node, drain_deadline_s, out, err);
+  }
+  if (*replan) return RunReplan(replan_flags, replan_reason, out, err);
   if (*bench) return RunBenchCommand(bench_flags, out, err);
 #ifdef ARACHNE_HAVE_TORCH
   if (*train) return RunTrainCommand(train_options, out, err);

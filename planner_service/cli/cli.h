@@ -1,5 +1,7 @@
 // The `arachne` command line: plan, evaluate, profile show/calibrate,
-// models, gpus. Kept out of main.cc so tests can run commands in process.
+// models, gpus, bench, train; and status, watch, drain, replan against a
+// running arachne-controller. Kept out of main.cc so tests can run commands
+// in process.
 #ifndef ARACHNE_PLANNER_SERVICE_CLI_CLI_H_
 #define ARACHNE_PLANNER_SERVICE_CLI_CLI_H_
 
