@@ -309,10 +309,10 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
           gpus_.node, "'s current generation ", cur, " (last aborted ",
           m.last_aborted, ")"));
     }
-    if (m.phase == Phase::kFailed) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "node ", gpus_.node, " has a failed rank; restart the agent"));
-    }
+    // A failed generation (a peer died mid-iteration) can still be
+    // replaced: an engine changes its state only in the optimizer step,
+    // after its iteration's last collective, so a rank that failed holds the
+    // state of its last completed iteration.
   }
   if (args.old_plan.has_value() != args.old_cluster.has_value()) {
     return absl::InvalidArgumentError(
@@ -456,6 +456,7 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
     ea.store_address = args.store_address;
     ea.initialize = initialize;
     ea.listen_host = gpus_.host;
+    ea.timeout = gpus_.collective_timeout;
     absl::StatusOr<std::unique_ptr<Engine>> e =
         CreateReferenceEngine(ea, &timing[i]);
     if (!e.ok()) return e.status();
@@ -485,7 +486,9 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
   m.next = std::move(gen);
   m.prepared_result = result;
   if (m.current == nullptr) m.phase = Phase::kPrepared;
-  if (m.phase == Phase::kStopped) m.phase = Phase::kPaused;
+  if (m.phase == Phase::kStopped || m.phase == Phase::kFailed) {
+    m.phase = Phase::kPaused;  // nothing of the current generation runs
+  }
   if (m.phase == Phase::kRunning) m.phase = Phase::kPrepared;
   return result;
 }
@@ -531,9 +534,10 @@ absl::StatusOr<int64_t> NodeRuntime::Pause(int64_t generation,
     m.pause_requested = false;
     for (const RankLoop& r : m.loops) {
       if (!r.error.empty()) {
-        m.phase = Phase::kFailed;
-        return absl::UnavailableError(absl::StrCat(
-            "node ", gpus_.node, ": a rank failed before pausing: ", r.error));
+        // Its state is that of its last completed iteration (Prepare); the
+        // iteration check below makes sure every local rank agrees.
+        LOG(WARNING) << "node " << gpus_.node << ": pausing generation "
+                     << m.current->id << " with a failed rank: " << r.error;
       }
     }
     m.phase = Phase::kPaused;
@@ -545,9 +549,9 @@ absl::StatusOr<int64_t> NodeRuntime::Pause(int64_t generation,
     if (m.current->engines[i] == nullptr) continue;
     const int64_t e = m.current->engines[i]->iteration();
     if (it >= 0 && e != it) {
-      return absl::InternalError(absl::StrCat(
+      return absl::FailedPreconditionError(absl::StrCat(
           "node ", gpus_.node, ": ranks stopped at iterations ", it, " and ",
-          e));
+          e, "; their states do not belong to one iteration"));
     }
     it = e;
   }
@@ -725,10 +729,13 @@ absl::Status NodeRuntime::Resume(int64_t generation, int64_t run_until) {
         "generation ", generation, " is not current on node ", gpus_.node,
         " (current ", m.current ? m.current->id : 0, ")"));
   }
-  if (m.phase == Phase::kFailed) {
+  const bool failed_rank = std::any_of(
+      m.loops.begin(), m.loops.end(),
+      [](const RankLoop& r) { return !r.error.empty(); });
+  if (m.phase == Phase::kFailed || failed_rank) {
     return absl::FailedPreconditionError(absl::StrCat(
         "node ", gpus_.node, ": a rank of generation ", generation,
-        " failed; it cannot resume"));
+        " failed; it cannot resume (switch to a new plan instead)"));
   }
   if (m.next != nullptr && m.phase != Phase::kPrepared) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -759,9 +766,14 @@ absl::Status NodeRuntime::Abort(int64_t generation) {
     transports = std::move(m.transports);
     m.DropNext();
     m.last_aborted = generation;
+    const bool failed_rank = std::any_of(
+        m.loops.begin(), m.loops.end(),
+        [](const RankLoop& r) { return !r.error.empty(); });
     if (m.current == nullptr) {
       m.phase = Phase::kIdle;
-    } else if (m.phase != Phase::kFailed) {
+    } else if (failed_rank) {
+      m.phase = Phase::kFailed;
+    } else {
       m.phase = m.AnyRunning() ? Phase::kRunning : Phase::kStopped;
     }
   }

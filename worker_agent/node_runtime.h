@@ -60,6 +60,11 @@ struct NodeGpus {
   // Fault injection (agent_config.proto): "corrupt-migration-stage-<1|2>"
   // flips a byte of the first transfer this node receives in that stage.
   std::string failpoint;
+  // How long a rank waits in one collective or point-to-point transfer of
+  // an iteration before it gives up. When a peer dies, the ranks blocked on
+  // it fail within this time, so the node can pause for the recovery switch
+  // (it must stay below the controller's pause timeout).
+  absl::Duration collective_timeout = absl::Seconds(10);
 };
 
 enum class Phase {

@@ -125,6 +125,58 @@ TEST(ControllerFault, KilledAgentRecoversFromTheSurvivingReplicas) {
       *agent::ReferenceModelState(TinyJob32()), *before, *after);
 }
 
+TEST(ControllerFault, AgentKilledMidTrainingRecoversFromTheLastCompletedIteration) {
+  // As above, but c dies while the job trains: the survivors' ranks fail in
+  // a collective of the iteration in flight; their engines still hold the
+  // last completed iteration, which the recovery switch moves, and the job
+  // goes on from there with no iteration lost or doubled.
+  constexpr int kIterations = 12;
+  const std::string dir = TempDir("kill-mid");
+  ControllerProcess controller(dir);
+  ASSERT_TRUE(
+      controller.Start(JobYaml(JobOptions().Iterations(kIterations).MinGpus(4)))
+          .ok());
+  auto a = StartAgent("a", 2, dir, controller);
+  auto b = StartAgent("b", 1, dir, controller);
+  auto c = StartAgent("c", 1, dir, controller);
+  const Cluster abc = NamedCluster({{"a", 2}, {"b", 1}, {"c", 1}});
+  absl::StatusOr<Status> st = WaitFor(
+      controller,
+      [](const Status& s) { return s.generation() == 1 && s.iteration() >= 3; },
+      absl::Seconds(60), "generation 1 to train 3 iterations");
+  ASSERT_TRUE(st.ok()) << st.status();
+  absl::StatusOr<Plan> first = PlanOf(st->plan(), abc);
+  ASSERT_TRUE(first.ok()) << first.status();
+  LossRecorder recorder({a.get(), b.get(), c.get()});
+  c->Kill();
+  st = WaitFor(
+      controller,
+      [](const Status& s) { return s.generation() == 2 && Settled(s); },
+      absl::Seconds(40), "recovery into generation 2");
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(PlanNodes(st->plan()), (std::set<std::string>{"a", "b"}));
+  ASSERT_GE(st->decisions_size(), 1);
+  EXPECT_EQ(st->decisions(0).trigger(), "leave c");
+  st = WaitFor(
+      controller, [](const Status& s) { return s.phase() == "finished"; },
+      absl::Seconds(60), "the last iteration");
+  ASSERT_TRUE(st.ok()) << st.status();
+  absl::SleepFor(absl::Milliseconds(50));
+  auto reference = RunPlan(TinyJob32(), *first, abc, kIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const std::map<int64_t, double> losses = recorder.losses();
+  ASSERT_FALSE(losses.empty());
+  EXPECT_EQ(losses.rbegin()->first, kIterations);
+  for (const auto& [i, loss] : losses) {
+    EXPECT_NEAR(loss, reference->losses[i - 1], 1e-4 * std::abs(loss))
+        << "iteration " << i;
+  }
+  absl::StatusOr<agent::FullState> end =
+      GatherState({a.get(), b.get()}, 2, dir + "/end");
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_LE(MaxMasterDifference(*end, reference->state), 1e-5);
+}
+
 class KilledHolder : public ::testing::TestWithParam<bool> {};
 
 TEST_P(KilledHolder, RestoresTheCheckpointOrStopsWithThePreciseError) {

@@ -447,7 +447,9 @@ absl::Status ReferenceEngine::CreateGroups(const EngineArgs& args) {
     so.port = static_cast<uint16_t>(port);
     so.isServer = false;
     so.waitWorkers = false;
-    so.timeout = timeout;
+    // The rendezvous may wait for peers still building their engines; the
+    // collectives' own timeout (`timeout`) can be shorter.
+    so.timeout = std::max(timeout, std::chrono::milliseconds(60000));
     c10::intrusive_ptr<c10d::Store> base =
         c10::make_intrusive<c10d::PrefixStore>(
             GenerationPrefix(args.generation),

@@ -68,7 +68,9 @@ struct EngineArgs {
   int64_t generation = 1;
   std::string store_address;  // the job's TCPStore, host:port
   std::string listen_host = "127.0.0.1";  // where this rank's groups listen
-  absl::Duration timeout = absl::Seconds(60);  // connects and collectives
+  // A collective or point-to-point transfer waiting longer fails the
+  // iteration (Unavailable); the store rendezvous waits at least 60 s.
+  absl::Duration timeout = absl::Seconds(60);
   // Fresh weights from job.engine.init_seed; otherwise the caller loads a
   // state (LoadState) before the first iteration.
   bool initialize = true;
