@@ -4,6 +4,7 @@
 #include "glog/logging.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "rpc/grpc_status.h"
+#include "rpc/server.h"
 
 namespace arachne::controller {
 
@@ -104,27 +105,13 @@ grpc::Status ControllerService::WatchEvents(
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     ControllerService* service, const ControllerServerConfig& config) {
   CHECK(service != nullptr);
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeServerCredentials(config.tls);
-  if (!credentials.ok()) return credentials.status();
-  if (!IsLoopbackAddress(config.listen) && !config.tls.enabled()) {
-    LOG(WARNING) << "listening on " << config.listen
-                 << " without TLS: anyone who can reach it can join nodes to "
-                    "this job or drain them; give --tls-cert/--tls-key or "
-                    "bind 127.0.0.1";
-  }
-  grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->service_ = service;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, *credentials, &s->port_);
-  builder.RegisterService(service);
-  s->server_ = builder.BuildAndStart();
-  if (s->server_ == nullptr || s->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("listen: cannot bind ", config.listen));
-  }
-  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      StartServer(config.listen, config.tls, service,
+                  "join nodes to this job or drain them", &s->port_);
+  if (!server.ok()) return server.status();
+  s->server_ = *std::move(server);
   LOG(INFO) << "arachne-controller serving on " << config.listen << " (port "
             << s->port_ << ")";
   return s;

@@ -8,6 +8,7 @@
 #include "glog/logging.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "rpc/grpc_status.h"
+#include "rpc/server.h"
 #include "worker_agent/agent_proto_convert.h"
 
 namespace arachne::agent {
@@ -218,27 +219,12 @@ grpc::Status AgentService::SaveCheckpoint(
 absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
     AgentService* service, const AgentServerConfig& config) {
   CHECK(service != nullptr);
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeServerCredentials(config.tls);
-  if (!credentials.ok()) return credentials.status();
-  if (!IsLoopbackAddress(config.listen) && !config.tls.enabled()) {
-    LOG(WARNING) << "listening on " << config.listen
-                 << " without TLS: anyone who can reach it can drive this "
-                    "node's training; give --tls-cert/--tls-key or bind "
-                    "127.0.0.1";
-  }
-  // Process-wide switch; must precede BuildAndStart.
-  grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<AgentServer> s(new AgentServer());
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, *credentials, &s->port_);
-  builder.RegisterService(service);
-  s->server_ = builder.BuildAndStart();
-  if (s->server_ == nullptr || s->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("listen: cannot bind ", config.listen));
-  }
-  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      StartServer(config.listen, config.tls, service,
+                  "drive this node's training", &s->port_);
+  if (!server.ok()) return server.status();
+  s->server_ = *std::move(server);
   LOG(INFO) << "arachne-agent serving on " << config.listen << " (port "
             << s->port_ << "), "
             << (config.tls.enabled()

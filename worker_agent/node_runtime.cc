@@ -174,6 +174,17 @@ struct NodeRuntime::Impl {
     }
     return false;
   }
+  bool AnyFailed() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    for (const RankLoop& l : loops) {
+      if (!l.error.empty()) return true;
+    }
+    return false;
+  }
+  // The current generation's engine on local GPU i, or null.
+  Engine* CurrentEngine(int i) const {
+    return current && current->engines[i] ? current->engines[i].get()
+                                          : nullptr;
+  }
   void DropNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
@@ -421,10 +432,9 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
       // fresh pages ran at 1-2 GB/s and was most of the migration's time
       // when it happened during the pause (bench/results/reconfig.md).
       new_shards[i] = migration::ShardSet(m.diff.required[m.world_rank[i]]);
-      const Engine* old = m.current && m.current->engines[i]
-                              ? m.current->engines[i].get()
-                              : nullptr;
-      if (old != nullptr) old_shards[i] = migration::ShardSet(old->holdings());
+      if (const Engine* old = m.CurrentEngine(i)) {
+        old_shards[i] = migration::ShardSet(old->holdings());
+      }
       absl::StatusOr<std::unique_ptr<migration::TransportFactory>> factory =
           migration::MakeTransportFactory("gloo");
       if (!factory.ok()) return factory.status();
@@ -596,9 +606,7 @@ absl::Status NodeRuntime::Migrate(int64_t generation, int stage,
     if (m.world_rank[i] < 0) return absl::OkStatus();
     // Stage 1 starts by exporting the paused old engine's state (it stays
     // intact until Commit) into the buffers Prepare allocated.
-    Engine* old = m.current && m.current->engines[i]
-                      ? m.current->engines[i].get()
-                      : nullptr;
+    Engine* old = m.CurrentEngine(i);
     if (stage == 1 && old != nullptr) {
       if (absl::Status e = old->SaveState(&m.old_shards[i]); !e.ok()) return e;
     }
@@ -729,10 +737,7 @@ absl::Status NodeRuntime::Resume(int64_t generation, int64_t run_until) {
         "generation ", generation, " is not current on node ", gpus_.node,
         " (current ", m.current ? m.current->id : 0, ")"));
   }
-  const bool failed_rank = std::any_of(
-      m.loops.begin(), m.loops.end(),
-      [](const RankLoop& r) { return !r.error.empty(); });
-  if (m.phase == Phase::kFailed || failed_rank) {
+  if (m.phase == Phase::kFailed || m.AnyFailed()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "node ", gpus_.node, ": a rank of generation ", generation,
         " failed; it cannot resume (switch to a new plan instead)"));
@@ -766,12 +771,9 @@ absl::Status NodeRuntime::Abort(int64_t generation) {
     transports = std::move(m.transports);
     m.DropNext();
     m.last_aborted = generation;
-    const bool failed_rank = std::any_of(
-        m.loops.begin(), m.loops.end(),
-        [](const RankLoop& r) { return !r.error.empty(); });
     if (m.current == nullptr) {
       m.phase = Phase::kIdle;
-    } else if (failed_rank) {
+    } else if (m.AnyFailed()) {
       m.phase = Phase::kFailed;
     } else {
       m.phase = m.AnyRunning() ? Phase::kRunning : Phase::kStopped;

@@ -228,12 +228,24 @@ struct Param {
   torch::Tensor adam_m, adam_v;
 };
 
-// Engine layout <-> canonical: row-parallel weights are stored transposed.
+// Engine layout <-> canonical, either way: row-parallel weights are stored
+// transposed, so the conversion is its own inverse. A view; callers copy.
+torch::Tensor SwapLayout(const Param& p, const torch::Tensor& t) {
+  return p.split == TpSplit::kRow ? t.t() : t;
+}
 torch::Tensor ToCanonical(const Param& p, const torch::Tensor& t) {
-  return p.split == TpSplit::kRow ? t.t().contiguous() : t.contiguous();
+  return SwapLayout(p, t).contiguous();
 }
 torch::Tensor FromCanonical(const Param& p, const torch::Tensor& t) {
-  return p.split == TpSplit::kRow ? t.t().contiguous() : t.contiguous();
+  return SwapLayout(p, t).contiguous();
+}
+
+// The canonical bytes of kind `kind` of `p` this rank holds: the master
+// shard's element range at that kind's width.
+ByteRange KindRange(const Param& p, const TensorSpec& ts) {
+  if (p.split == TpSplit::kReplicated) return {0, ts.bytes()};
+  const int bpe = migration::BytesPerElement(ts.kind);
+  return {p.master_range.begin / 4 * bpe, p.master_range.end / 4 * bpe};
 }
 
 int KindIndex(StateKind k) {
@@ -893,11 +905,7 @@ absl::Status ReferenceEngine::SaveState(migration::ShardSet* out) const {
                                     p.adam_v};
     for (int k = 0; k < 4; ++k) {
       const TensorSpec& ts = state_.tensor(p.ids[k]);
-      const ByteRange range =
-          p.split == TpSplit::kReplicated
-              ? ByteRange{0, ts.bytes()}
-              : ByteRange{p.master_range.begin / 4 * migration::BytesPerElement(ts.kind),
-                          p.master_range.end / 4 * migration::BytesPerElement(ts.kind)};
+      const ByteRange range = KindRange(p, ts);
       uint8_t* to = out->Find(p.ids[k], range);
       if (to == nullptr) {
         return absl::InternalError(absl::StrCat("SaveState: no buffer for ",
@@ -907,7 +915,7 @@ absl::Status ReferenceEngine::SaveState(migration::ShardSet* out) const {
       // switch exports the whole state on the critical path).
       torch::Tensor view = torch::from_blob(to, p.canonical_shape,
                                             parts[k].options());
-      view.copy_(p.split == TpSplit::kRow ? parts[k].t() : parts[k]);
+      view.copy_(SwapLayout(p, parts[k]));
     }
   }
   uint8_t* sc = out->Find(scalars_id_, {0, 8 * kReferenceScalars});
@@ -944,12 +952,7 @@ absl::Status ReferenceEngine::LoadState(const migration::ShardSet& in) {
     torch::Tensor parts[4] = {p.weight, p.master.detach(), p.adam_m, p.adam_v};
     for (int k = 0; k < 4; ++k) {
       const TensorSpec& ts = state_.tensor(p.ids[k]);
-      const int bpe = migration::BytesPerElement(ts.kind);
-      const ByteRange range =
-          p.split == TpSplit::kReplicated
-              ? ByteRange{0, ts.bytes()}
-              : ByteRange{p.master_range.begin / 4 * bpe,
-                          p.master_range.end / 4 * bpe};
+      const ByteRange range = KindRange(p, ts);
       const uint8_t* src = in.Find(p.ids[k], range);
       if (src == nullptr) {
         return absl::InternalError(absl::StrCat("LoadState: no buffer for ",
@@ -960,7 +963,7 @@ absl::Status ReferenceEngine::LoadState(const migration::ShardSet& in) {
       torch::Tensor view = torch::from_blob(const_cast<uint8_t*>(src),
                                             p.canonical_shape,
                                             parts[k].options());
-      parts[k].copy_(p.split == TpSplit::kRow ? view.t() : view);
+      parts[k].copy_(SwapLayout(p, view));
     }
   }
   scalars_ = sc;
