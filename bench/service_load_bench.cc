@@ -34,7 +34,7 @@
 #include "grpcpp/grpcpp.h"
 #include "planner_service/io/cluster_io.h"
 #include "planner_service/io/gpu_catalog_io.h"
-#include "planner_service/server/planner_handler_impl.h"
+#include "planner_service/api/planner_handler_impl.h"
 #include "planner_service/server/planner_server.h"
 
 namespace arachne {

@@ -9,8 +9,8 @@
 #include "absl/strings/str_replace.h"
 #include "glog/logging.h"
 #include "planner_service/io/config_file.h"
-#include "planner_service/server/planner_handler_impl.h"
-#include "planner_service/server/proto_convert.h"
+#include "planner_service/api/planner_handler_impl.h"
+#include "planner_service/api/proto_convert.h"
 #include "worker_agent/agent_proto_convert.h"
 
 namespace arachne::controller {

@@ -23,7 +23,7 @@
 #include "controller/membership.h"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
-#include "planner_service/server/planner_handler.h"
+#include "planner_service/api/planner_handler.h"
 #include "rpc/credentials.h"
 #include "worker_agent/engine/engine.h"
 

@@ -8,7 +8,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 
-#include "planner_service/server/planner_handler_impl.h"
+#include "planner_service/api/planner_handler_impl.h"
 
 namespace arachne::controller {
 namespace {

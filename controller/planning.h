@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "planner_service/client/planner_client.h"
-#include "planner_service/server/planner_handler.h"
+#include "planner_service/api/planner_handler.h"
 
 namespace arachne::controller {
 

@@ -10,8 +10,8 @@
 #include "planner_service/io/message_json.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
-#include "planner_service/server/planner_handler_impl.h"
-#include "planner_service/server/proto_convert.h"
+#include "planner_service/api/planner_handler_impl.h"
+#include "planner_service/api/proto_convert.h"
 
 namespace arachne::agent {
 namespace {

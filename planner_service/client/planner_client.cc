@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "arachne/v1/planner.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "planner_service/server/proto_convert.h"
+#include "planner_service/api/proto_convert.h"
 #include "rpc/credentials.h"
 #include "rpc/grpc_status.h"
 

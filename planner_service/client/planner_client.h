@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/core/plan.h"
-#include "planner_service/server/planner_handler.h"
+#include "planner_service/api/planner_handler.h"
 
 namespace arachne {
 

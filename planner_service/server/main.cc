@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
-#include "planner_service/server/planner_handler_impl.h"
+#include "planner_service/api/planner_handler_impl.h"
 #include "planner_service/server/planner_server.h"
 #include "planner_service/server/server_config.h"
 #ifdef ARACHNE_HAVE_TORCH

@@ -14,7 +14,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
-#include "planner_service/server/planner_handler.h"
+#include "planner_service/api/planner_handler.h"
 #include "planner_service/server/planner_service.h"
 #include "rpc/credentials.h"  // ServerTlsConfig, IsLoopbackAddress
 

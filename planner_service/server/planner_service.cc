@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "glog/logging.h"
-#include "planner_service/server/proto_convert.h"
+#include "planner_service/api/proto_convert.h"
 #include "rpc/credentials.h"
 
 namespace arachne {

@@ -26,7 +26,7 @@
 #include "absl/time/time.h"
 #include "arachne/v1/planner.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "planner_service/server/planner_handler.h"
+#include "planner_service/api/planner_handler.h"
 #include "rpc/grpc_status.h"  // ToGrpcStatus, the one mapping to the wire
 
 namespace arachne {

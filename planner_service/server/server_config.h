@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "arachne/v1/server_config.pb.h"
-#include "planner_service/server/planner_handler_impl.h"
+#include "planner_service/api/planner_handler_impl.h"
 #include "planner_service/server/planner_server.h"
 
 namespace CLI {

@@ -9,7 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "planner_service/server/planner_handler.h"
+#include "planner_service/api/planner_handler.h"
 
 namespace arachne::testing {
 

@@ -25,7 +25,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "planner_service/server/planner_handler.h"
+#include "planner_service/api/planner_handler.h"
 #include "planner_service/server/planner_server.h"
 #include "test/server/blocking_handler.h"
 

@@ -22,12 +22,12 @@
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
 #include "planner_service/io/planning_context.h"
-#include "planner_service/server/planner_handler_impl.h"
+#include "planner_service/api/planner_handler_impl.h"
 #include "test/core/uniform_policy.h"
 #include "test/server/blocking_handler.h"
 #include "test/server/loopback_server.h"
 #include "planner_service/server/planner_server.h"
-#include "planner_service/server/proto_convert.h"
+#include "planner_service/api/proto_convert.h"
 
 namespace arachne {
 namespace {

@@ -18,7 +18,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "planner_service/server/planner_handler_impl.h"
+#include "planner_service/api/planner_handler_impl.h"
 #include "planner_service/server/planner_server.h"
 
 namespace arachne {

@@ -3,15 +3,15 @@
 // Cluster and resolves it with ClusterFromMessage, as files are); plans
 // cross the handler as plan files (PlanDocument's JSON mapping), so they
 // convert through message_json.
-#ifndef ARACHNE_PLANNER_SERVICE_SERVER_PROTO_CONVERT_H_
-#define ARACHNE_PLANNER_SERVICE_SERVER_PROTO_CONVERT_H_
+#ifndef ARACHNE_PLANNER_SERVICE_API_PROTO_CONVERT_H_
+#define ARACHNE_PLANNER_SERVICE_API_PROTO_CONVERT_H_
 
 #include "absl/status/statusor.h"
 #include "arachne/v1/planner.pb.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
-#include "planner_service/server/planner_handler.h"
+#include "planner_service/api/planner_handler.h"
 
 namespace arachne {
 
@@ -45,4 +45,4 @@ v1::Model ModelToProto(const ModelSpec& model);
 
 }  // namespace arachne
 
-#endif  // ARACHNE_PLANNER_SERVICE_SERVER_PROTO_CONVERT_H_
+#endif  // ARACHNE_PLANNER_SERVICE_API_PROTO_CONVERT_H_

@@ -1,6 +1,6 @@
 // The planning service's handler interface, in the project's own types: no
 // gRPC here, so the implementation is testable without a server and the RPC
-// glue (planner_service.h) only converts messages.
+// glue (planner_service/server/planner_service.h) only converts messages.
 //
 // Inputs are read by the same code that reads files, so the service and the
 // CLI cannot drift apart: a cluster is the schema's Cluster message, which
@@ -8,8 +8,8 @@
 // file; plans cross this interface as plan files (plan_io.h,
 // docs/formats.md), the one serialization `arachne plan` and `arachne
 // evaluate` use.
-#ifndef ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_H_
-#define ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_H_
+#ifndef ARACHNE_PLANNER_SERVICE_API_PLANNER_HANDLER_H_
+#define ARACHNE_PLANNER_SERVICE_API_PLANNER_HANDLER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -164,4 +164,4 @@ class PlannerHandler {
 
 }  // namespace arachne
 
-#endif  // ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_H_
+#endif  // ARACHNE_PLANNER_SERVICE_API_PLANNER_HANDLER_H_

@@ -1,4 +1,4 @@
-#include "planner_service/server/planner_handler_impl.h"
+#include "planner_service/api/planner_handler_impl.h"
 
 #include <algorithm>
 #include <utility>

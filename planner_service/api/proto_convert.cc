@@ -1,4 +1,4 @@
-#include "planner_service/server/proto_convert.h"
+#include "planner_service/api/proto_convert.h"
 
 #include <string>
 

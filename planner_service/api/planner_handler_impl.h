@@ -1,8 +1,8 @@
 // PlannerHandler over the planner core and io libraries: the same catalogs,
 // PlanningContext, planners, ValidatePlan and PlanToJson/PlanFromJson that
 // `arachne plan` / `arachne evaluate` use, so both give identical results.
-#ifndef ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_IMPL_H_
-#define ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_IMPL_H_
+#ifndef ARACHNE_PLANNER_SERVICE_API_PLANNER_HANDLER_IMPL_H_
+#define ARACHNE_PLANNER_SERVICE_API_PLANNER_HANDLER_IMPL_H_
 
 #include <memory>
 #include <string>
@@ -16,7 +16,7 @@
 #include "planner_service/core/model.h"
 #include "planner_service/core/plan.h"
 #include "planner_service/io/planning_context.h"
-#include "planner_service/server/planner_handler.h"
+#include "planner_service/api/planner_handler.h"
 
 namespace arachne {
 
@@ -80,4 +80,4 @@ absl::StatusOr<ModelSpec> ResolveModelRef(const ModelRef& ref,
 
 }  // namespace arachne
 
-#endif  // ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_HANDLER_IMPL_H_
+#endif  // ARACHNE_PLANNER_SERVICE_API_PLANNER_HANDLER_IMPL_H_
