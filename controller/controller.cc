@@ -35,16 +35,6 @@ nlohmann::json TemplatesOf(const nlohmann::json& plan) {
   return t;
 }
 
-std::set<std::string> NodesUsed(const Plan& plan, const Cluster& cluster) {
-  std::set<std::string> out;
-  for (const Template& t : plan.templates) {
-    for (const StagePlacement& p : t.placement) {
-      out.insert(cluster.node(p.node).name);
-    }
-  }
-  return out;
-}
-
 v1::SwitchTimings TimingsToProto(int64_t generation, const std::string& outcome,
                                  const SwitchTimings& t,
                                  double migration_estimate_s) {
@@ -62,6 +52,8 @@ v1::SwitchTimings TimingsToProto(int64_t generation, const std::string& outcome,
   m.set_total_s(t.total_s);
   m.set_paused_at_iteration(t.paused_at_iteration);
   m.set_bytes_moved(t.bytes_moved);
+  m.set_bytes_stage1(t.bytes_stage1);
+  m.set_bytes_stage2(t.bytes_stage2);
   m.set_migration_estimate_s(migration_estimate_s);
   m.set_agent_pause_s(t.agent_pause_s);
   m.set_agent_stage1_s(t.agent_stage1_s);
@@ -117,6 +109,8 @@ v1::Decision DecisionToProto(const DecisionRecord& r) {
   m.set_horizon_s(r.decision.horizon_s);
   m.set_gain_s(r.decision.gain_s);
   m.set_generation(r.generation);
+  m.set_planning_s(r.decision.planning_s);
+  m.set_decision_s(r.decision.decision_s);
   return m;
 }
 
@@ -136,6 +130,7 @@ JobController::JobController(JobControllerConfig config, GpuCatalog catalog,
           ReconfigurerConfig{
               .phase_timeout = config_.job.phase,
               .switch_timeout = config_.job.switch_timeout,
+              .transfer_round = config_.job.transfer_round,
               .answers = [this](const std::string& node) {
                 return AgentAnswers(node);
               }},
@@ -677,6 +672,8 @@ void JobController::StartFirstPlan(const std::string& trigger) {
 }
 
 void JobController::Replan(const std::string& trigger) {
+  const absl::Time replan_start = absl::Now();
+  double planning_s = 0;
   Cluster current_cluster;
   Plan current_plan;
   nlohmann::json current_json;
@@ -716,7 +713,9 @@ void JobController::Replan(const std::string& trigger) {
     q.plan = BaseQuery(new_spec);
     q.current_cluster = ClusterToMessage(current_cluster, catalog_);
     q.current_plan = nlohmann::json{{"templates", current_json["templates"]}};
+    const absl::Time asked = absl::Now();
     answer = planner_->Replan(q);
+    planning_s = absl::ToDoubleSeconds(absl::Now() - asked);
   }
   if (!answer.ok()) {
     in.new_plan_found = false;
@@ -766,6 +765,8 @@ void JobController::Replan(const std::string& trigger) {
   }
   Decision d = Decide(in);
   d.reason += lost_note;
+  d.planning_s = planning_s;
+  d.decision_s = absl::ToDoubleSeconds(absl::Now() - replan_start);
   if (d.verdict != Verdict::kSwitch) {
     RecordDecision(d, 0);
     if (d.verdict == Verdict::kCannotSwitch) {
@@ -848,6 +849,8 @@ void JobController::Replan(const std::string& trigger) {
     absl::MutexLock lock(&mu_);
     target.generation = ++last_attempted_;
   }
+  // The survivors' diff above is part of the decision.
+  d.decision_s = absl::ToDoubleSeconds(absl::Now() - replan_start);
   RecordDecision(d, target.generation);
   target.job = config_.job.job;
   target.cluster = *cluster;

@@ -62,6 +62,10 @@ struct Decision {
   double downtime_estimate_s = 0;
   double horizon_s = 0;
   double gain_s = 0;
+  // How long it took: the planner call, and the whole decision from the
+  // replan's start to the verdict (planner call included).
+  double planning_s = 0;
+  double decision_s = 0;
 };
 
 Decision Decide(const DecisionInput& in);

@@ -1,6 +1,8 @@
 #include "controller/reconfigurer.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -105,6 +107,16 @@ absl::Status OnEveryAgent(
   return absl::Status(status[first].code(),
                       absl::StrCat("node ", nodes[first], ": ",
                                    status[first].message()));
+}
+
+std::set<std::string> NodesUsed(const Plan& plan, const Cluster& cluster) {
+  std::set<std::string> out;
+  for (const Template& t : plan.templates) {
+    for (const StagePlacement& p : t.placement) {
+      out.insert(cluster.node(p.node).name);
+    }
+  }
+  return out;
 }
 
 SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
@@ -212,15 +224,39 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
     // Marked before the call: an agent may stop even when another fails,
     // and Resume of a running generation is harmless.
     paused = true;
+    std::map<std::string, int64_t> stopped_after;  // by node
     s = OnEveryAgent(old_nodes, agents, [&](agent::AgentClient& a) {
       absl::StatusOr<int64_t> it = a.Pause(n, 0, *timeout);
       if (!it.ok()) return it.status();
       absl::MutexLock lock(&estimate_mu);
-      t.paused_at_iteration = std::max(t.paused_at_iteration, *it);
+      stopped_after[a.address()] = *it;
       return absl::OkStatus();
     }, config_.answers);
     t.pause_s = Since(pause_start);
     if (!s.ok()) return abort(SwitchPhase::kPause, s);
+    // The ranks agree on the boundary in their last all-reduce, so every
+    // node that hosts one stopped after the same iteration; if not, the
+    // states to migrate belong to different iterations and mixing them
+    // would corrupt the model. Nodes with no rank of the old plan answer 0.
+    const std::set<std::string> hosting =
+        NodesUsed(*target.old_plan, *target.old_cluster);
+    std::string first_node;
+    for (const std::string& node : old_nodes) {
+      if (hosting.count(node) == 0) continue;
+      agent::AgentClient* c = agents(node);
+      const int64_t it = stopped_after.at(c->address());
+      if (first_node.empty()) {
+        first_node = node;
+        t.paused_at_iteration = it;
+      } else if (it != t.paused_at_iteration) {
+        return abort(SwitchPhase::kPause,
+                     absl::InternalError(absl::StrCat(
+                         "nodes paused at different iterations (", first_node,
+                         " after ", t.paused_at_iteration, ", ", node,
+                         " after ", it,
+                         "): their states do not belong to one iteration")));
+      }
+    }
 
     for (auto [phase, stage] : {std::pair{SwitchPhase::kStage1, 1},
                                 std::pair{SwitchPhase::kStage2, 2}}) {
@@ -229,7 +265,8 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
       if (!timeout.ok()) return abort(phase, timeout.status());
       phase_start = absl::Now();
       s = OnEveryAgent(nodes, agents, [&, stage = stage](agent::AgentClient& a) {
-        return a.Migrate(n, stage, *timeout);
+        return a.Migrate(n, stage, *timeout,
+                         std::min(config_.transfer_round, *timeout));
       }, config_.answers);
       (stage == 1 ? t.stage1_s : t.stage2_s) = Since(phase_start);
       if (!s.ok()) return abort(phase, s);
@@ -305,6 +342,8 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
         std::max(t.agent_rebuild_s,
                  st->rebuild_groups.seconds + st->rebuild_engines.seconds);
     t.agent_resume_s = std::max(t.agent_resume_s, st->resume.seconds);
+    t.bytes_stage1 += st->stage1.bytes_sent;
+    t.bytes_stage2 += st->stage2.bytes_sent;
     t.bytes_moved += st->stage1.bytes_sent + st->stage2.bytes_sent;
   }
   out.status = absl::OkStatus();

@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ const char* SwitchPhaseName(SwitchPhase phase);
 struct ReconfigurerConfig {
   absl::Duration phase_timeout = absl::Seconds(30);
   absl::Duration switch_timeout = absl::Seconds(120);
+  // Each transfer round of a migration stage (sent to the agents with
+  // Migrate); zero = the phase timeout.
+  absl::Duration transfer_round = absl::ZeroDuration();
   // Whether a node's agent answers at all now (a short Status call). When a
   // phase fails only with peers' timeouts and disconnections, the node
   // whose agent does not answer is the root cause. Null: not asked.
@@ -88,6 +92,7 @@ struct SwitchTimings {
   double total_s = 0;
   int64_t paused_at_iteration = 0;
   int64_t bytes_moved = 0;          // the agents' bytes sent, both stages
+  int64_t bytes_stage1 = 0, bytes_stage2 = 0;
   double estimated_seconds = 0;     // the agents' schedule estimate (max)
   double agent_pause_s = 0, agent_stage1_s = 0, agent_stage2_s = 0,
          agent_rebuild_s = 0, agent_resume_s = 0;
@@ -99,6 +104,9 @@ struct SwitchOutcome {
   SwitchPhase failed_in = SwitchPhase::kPrepare;  // when !status.ok()
   SwitchTimings timings;
 };
+
+// The nodes that host a rank of `plan`.
+std::set<std::string> NodesUsed(const Plan& plan, const Cluster& cluster);
 
 class Reconfigurer {
  public:

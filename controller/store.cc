@@ -68,7 +68,8 @@ CREATE TABLE IF NOT EXISTS decisions(
   old_throughput REAL NOT NULL, new_throughput REAL NOT NULL,
   migration_estimate_s REAL NOT NULL, fixed_cost_s REAL NOT NULL,
   downtime_estimate_s REAL NOT NULL, horizon_s REAL NOT NULL,
-  gain_s REAL NOT NULL, generation INTEGER NOT NULL);
+  gain_s REAL NOT NULL, generation INTEGER NOT NULL,
+  planning_s REAL NOT NULL DEFAULT 0, decision_s REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS switches(
   generation INTEGER PRIMARY KEY, outcome TEXT NOT NULL,
   timings_json TEXT NOT NULL);
@@ -147,7 +148,22 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
     if (get.rc() != SQLITE_OK) return store->ErrorLocked("cannot read", get.rc());
     if (get.Step() == SQLITE_ROW) {
       const std::string version = get.Text(0);
-      if (version != std::to_string(kStoreSchemaVersion)) {
+      if (version == "1") {
+        // Version 1 lacked the decision timings; the rows it has keep 0.
+        for (const char* column : {"planning_s", "decision_s"}) {
+          if (absl::Status s = store->ExecLocked(absl::StrCat(
+                  "ALTER TABLE decisions ADD COLUMN ", column,
+                  " REAL NOT NULL DEFAULT 0;"));
+              !s.ok()) {
+            return s;
+          }
+        }
+        if (absl::Status s = store->SetMetaLocked(
+                "schema_version", std::to_string(kStoreSchemaVersion));
+            !s.ok()) {
+          return s;
+        }
+      } else if (version != std::to_string(kStoreSchemaVersion)) {
         return absl::FailedPreconditionError(absl::StrCat(
             path, ": schema version ", version, ", this controller reads ",
             kStoreSchemaVersion));
@@ -342,8 +358,8 @@ absl::StatusOr<int64_t> StateStore::AppendDecision(const DecisionRecord& r) {
               "INSERT INTO decisions(time, trigger, verdict, reason, "
               "old_throughput, new_throughput, migration_estimate_s, "
               "fixed_cost_s, downtime_estimate_s, horizon_s, gain_s, "
-              "generation) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-              "?11, ?12);");
+              "generation, planning_s, decision_s) VALUES(?1, ?2, ?3, ?4, ?5, "
+              "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14);");
   if (s.rc() != SQLITE_OK) return ErrorLocked("cannot write a decision", s.rc());
   const Decision& d = r.decision;
   s.Bind(1, ToUnix(r.time));
@@ -358,6 +374,8 @@ absl::StatusOr<int64_t> StateStore::AppendDecision(const DecisionRecord& r) {
   s.Bind(10, d.horizon_s);
   s.Bind(11, d.gain_s);
   s.Bind(12, r.generation);
+  s.Bind(13, d.planning_s);
+  s.Bind(14, d.decision_s);
   if (int rc = s.Step(); rc != SQLITE_DONE) {
     return ErrorLocked("cannot write a decision", rc);
   }
@@ -370,7 +388,8 @@ absl::StatusOr<std::vector<DecisionRecord>> StateStore::RecentDecisions(
   Statement s(db_,
               "SELECT id, time, trigger, verdict, reason, old_throughput, "
               "new_throughput, migration_estimate_s, fixed_cost_s, "
-              "downtime_estimate_s, horizon_s, gain_s, generation FROM "
+              "downtime_estimate_s, horizon_s, gain_s, generation, planning_s, "
+              "decision_s FROM "
               "decisions ORDER BY id DESC LIMIT ?1;");
   if (s.rc() != SQLITE_OK) return ErrorLocked("cannot read decisions", s.rc());
   s.Bind(1, limit);
@@ -391,6 +410,8 @@ absl::StatusOr<std::vector<DecisionRecord>> StateStore::RecentDecisions(
     r.decision.horizon_s = s.Double(10);
     r.decision.gain_s = s.Double(11);
     r.generation = s.Int(12);
+    r.decision.planning_s = s.Double(13);
+    r.decision.decision_s = s.Double(14);
     out.push_back(r);
   }
   if (rc != SQLITE_DONE) return ErrorLocked("cannot read decisions", rc);

@@ -35,7 +35,9 @@ struct sqlite3;
 
 namespace arachne::controller {
 
-inline constexpr int kStoreSchemaVersion = 1;
+// 2 added decisions.planning_s / decision_s; a version-1 database is
+// upgraded in place when opened.
+inline constexpr int kStoreSchemaVersion = 2;
 
 // The plan training runs under.
 struct CurrentPlanRecord {

@@ -177,7 +177,9 @@ def cmd_report(args):
               f"{num(d, 'gain_s'):.3f} s over the {num(d, 'horizon_s'):.0f} s "
               f"horizon vs downtime estimate {num(d, 'downtime_estimate_s'):.3f} s "
               f"(migration {num(d, 'migration_estimate_s'):.3f} + fixed "
-              f"{num(d, 'fixed_cost_s'):.3f})")
+              f"{num(d, 'fixed_cost_s'):.3f}); decided in "
+              f"{num(d, 'decision_s'):.3f} s (planner call "
+              f"{num(d, 'planning_s'):.3f} s)")
         print(f"    {d.get('reason')}")
 
     print("\nswitches (the controller's switch log, controller.db; downtime = "
@@ -195,7 +197,8 @@ def cmd_report(args):
               f"{f('stage2S'):.3f} + rebuild {f('rebuildS'):.3f} + commit "
               f"{f('commitS'):.3f} + resume {f('resumeS'):.3f}")
         print(f"    {int(f('bytesMoved'))} bytes moved ({f('bytesMoved') / 2**20:.2f} "
-              f"MiB; migration estimate {f('migrationEstimateS'):.4f} s); prepare "
+              f"MiB: stage1 {f('bytesStage1') / 2**20:.2f} MiB, stage2 "
+              f"{f('bytesStage2') / 2**20:.2f} MiB; migration estimate {f('migrationEstimateS'):.4f} s); prepare "
               f"{f('prepareS'):.3f} s while training went on; slowest agent: pause "
               f"{f('agentPauseS'):.3f}, stage1 {f('agentStage1S'):.3f}, stage2 "
               f"{f('agentStage2S'):.3f}, rebuild {f('agentRebuildS'):.3f} s")

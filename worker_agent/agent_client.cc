@@ -44,12 +44,13 @@ class GrpcAgentClient final : public AgentClient {
     return response.iteration();
   }
 
-  absl::Status Migrate(int64_t generation, int stage,
-                       absl::Duration timeout) override {
+  absl::Status Migrate(int64_t generation, int stage, absl::Duration timeout,
+                       absl::Duration round_timeout) override {
     v1::MigrateRequest request;
     request.set_generation(generation);
     request.set_stage(stage);
     request.set_timeout_s(absl::ToDoubleSeconds(timeout));
+    request.set_round_timeout_s(absl::ToDoubleSeconds(round_timeout));
     grpc::ClientContext context;
     Setup(&context, PhaseDeadline(timeout));
     v1::MigrateResponse response;

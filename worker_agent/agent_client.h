@@ -62,8 +62,10 @@ class AgentClient {
   virtual absl::StatusOr<int64_t> Pause(int64_t generation,
                                         int64_t at_iteration,
                                         absl::Duration timeout) = 0;
-  virtual absl::Status Migrate(int64_t generation, int stage,
-                               absl::Duration timeout) = 0;
+  // `round_timeout`: each transfer round's; zero = the phase timeout.
+  virtual absl::Status Migrate(
+      int64_t generation, int stage, absl::Duration timeout,
+      absl::Duration round_timeout = absl::ZeroDuration()) = 0;
   virtual absl::Status Rebuild(int64_t generation, absl::Duration timeout) = 0;
   virtual absl::Status Commit(int64_t generation) = 0;
   // run_until 0: until paused.

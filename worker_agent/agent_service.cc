@@ -1,6 +1,7 @@
 #include "worker_agent/agent_service.h"
 
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <utility>
 
@@ -123,17 +124,26 @@ grpc::Status AgentService::Migrate(grpc::ServerContext* context,
                                    const v1::MigrateRequest* request,
                                    v1::MigrateResponse*) {
   return Run(context, "Migrate", request->generation(), [&]() -> absl::Status {
-    if (absl::Status s = CheckGeneration(request->generation()); !s.ok()) {
-      return s;
-    }
     if (request->stage() != 1 && request->stage() != 2) {
       return absl::InvalidArgumentError(
           absl::StrCat("stage: must be 1 or 2, got ", request->stage()));
     }
+    const double round_s = request->round_timeout_s();
+    if (!std::isfinite(round_s) || round_s < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "round_timeout_s: must be >= 0 seconds (0 = the phase timeout), "
+          "got ", round_s));
+    }
+    if (absl::Status s = CheckGeneration(request->generation()); !s.ok()) {
+      return s;
+    }
     absl::StatusOr<absl::Duration> timeout =
         PhaseTimeout(*context, request->timeout_s());
     if (!timeout.ok()) return timeout.status();
-    return runtime_->Migrate(request->generation(), request->stage(), *timeout);
+    const absl::Duration round =
+        round_s == 0 ? *timeout : std::min(*timeout, absl::Seconds(round_s));
+    return runtime_->Migrate(request->generation(), request->stage(), *timeout,
+                             round);
   });
 }
 

@@ -570,7 +570,8 @@ absl::StatusOr<int64_t> NodeRuntime::Pause(int64_t generation,
 }
 
 absl::Status NodeRuntime::Migrate(int64_t generation, int stage,
-                                  absl::Duration timeout) {
+                                  absl::Duration timeout,
+                                  absl::Duration round_timeout) {
   absl::MutexLock op(&impl_->op_mu);
   Impl& m = *impl_;
   if (stage != 1 && stage != 2) {
@@ -611,7 +612,8 @@ absl::Status NodeRuntime::Migrate(int64_t generation, int stage,
       if (absl::Status e = old->SaveState(&m.old_shards[i]); !e.ok()) return e;
     }
     migration::ExecutorOptions opts;
-    opts.round_timeout = timeout;
+    opts.round_timeout =
+        round_timeout > absl::ZeroDuration() ? round_timeout : timeout;
     opts.only_stage = stage;
     migration::Transport* transport = m.transports[i].get();
     std::unique_ptr<CorruptingTransport> corrupt;

@@ -160,7 +160,10 @@ class NodeRuntime {
   absl::StatusOr<int64_t> Pause(int64_t generation, int64_t at_iteration,
                                 absl::Duration timeout);
   // stage is 1 or 2.
-  absl::Status Migrate(int64_t generation, int stage, absl::Duration timeout);
+  // Each transfer round of the stage may take `round_timeout` (zero: the
+  // phase's `timeout`).
+  absl::Status Migrate(int64_t generation, int stage, absl::Duration timeout,
+                       absl::Duration round_timeout = absl::ZeroDuration());
   absl::Status Rebuild(int64_t generation, absl::Duration timeout);
   absl::Status Commit(int64_t generation);
   // Trains until iteration `run_until` (0: until paused).

@@ -88,12 +88,12 @@ void RenderSwitch(const v1::SwitchTimings& t, std::string* out) {
       "last switch: generation %d %s, paused after iteration %d\n"
       "  downtime %.3f s (pause %.3f, stage1 %.3f, stage2 %.3f, rebuild %.3f, "
       "commit %.3f, resume %.3f); prepare %.3f s before it, total %.3f s\n"
-      "  moved %s (estimate %.3f s); slowest agent: pause %.3f, stage1 %.3f, "
-      "stage2 %.3f, rebuild %.3f, resume %.3f s\n",
+      "  moved %s (stage1 %s, stage2 %s; estimate %.3f s); slowest agent: "
+      "pause %.3f, stage1 %.3f, stage2 %.3f, rebuild %.3f, resume %.3f s\n",
       t.generation(), t.outcome(), t.paused_at_iteration(), t.downtime_s(),
       t.pause_s(), t.stage1_s(), t.stage2_s(), t.rebuild_s(), t.commit_s(),
       t.resume_s(), t.prepare_s(), t.total_s(), Bytes(t.bytes_moved()),
-      t.migration_estimate_s(), t.agent_pause_s(), t.agent_stage1_s(),
+      Bytes(t.bytes_stage1()), Bytes(t.bytes_stage2()), t.migration_estimate_s(), t.agent_pause_s(), t.agent_stage1_s(),
       t.agent_stage2_s(), t.agent_rebuild_s(), t.agent_resume_s());
 }
 
@@ -102,9 +102,10 @@ void RenderSwitch(const v1::SwitchTimings& t, std::string* out) {
 std::string DecisionNumbers(const v1::Decision& d) {
   return absl::StrFormat(
       "old %.3f -> new %.3f it/s, gain %.3f s over %.0f s vs downtime %.3f s "
-      "(migration %.3f + fixed %.3f)",
+      "(migration %.3f + fixed %.3f); decided in %.3f s (planner %.3f s)",
       d.old_throughput(), d.new_throughput(), d.gain_s(), d.horizon_s(),
-      d.downtime_estimate_s(), d.migration_estimate_s(), d.fixed_cost_s());
+      d.downtime_estimate_s(), d.migration_estimate_s(), d.fixed_cost_s(),
+      d.decision_s(), d.planning_s());
 }
 
 std::string RenderControllerStatus(const v1::GetStatusResponse& s,

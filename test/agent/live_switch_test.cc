@@ -301,6 +301,11 @@ TEST(LiveSwitch, BadRpcsAreRefusedPrecisely) {
   EXPECT_THAT(s.message(), HasSubstr("generation 7 is not prepared on node a"));
   s = a->client().Migrate(1, 1, absl::Seconds(1));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  // A transfer-round timeout that cannot be.
+  s = a->client().Migrate(1, 1, absl::Seconds(1), absl::Seconds(-2));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("round_timeout_s: must be >= 0 seconds "
+                                     "(0 = the phase timeout), got -2"));
   s = a->client().Resume(2, 0);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(s.message(), HasSubstr("generation 2 is not current on node a (current 1)"));

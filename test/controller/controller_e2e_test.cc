@@ -133,7 +133,13 @@ TEST(ControllerE2E, AJoinIsPlannedDecidedAndSwitchedLive) {
   EXPECT_GT(d.new_throughput(), d.old_throughput());
   EXPECT_DOUBLE_EQ(d.horizon_s(), 3600);
   EXPECT_GT(d.gain_s(), d.downtime_estimate_s());
+  // The decision's own timings: the planner call is part of it.
+  EXPECT_GT(d.planning_s(), 0);
+  EXPECT_GE(d.decision_s(), d.planning_s());
   EXPECT_EQ(s.last_switch().outcome(), "committed");
+  EXPECT_GT(s.last_switch().bytes_stage1() + s.last_switch().bytes_stage2(), 0);
+  EXPECT_EQ(s.last_switch().bytes_stage1() + s.last_switch().bytes_stage2(),
+            s.last_switch().bytes_moved());
   EXPECT_GT(s.last_switch().downtime_s(), 0);
   EXPECT_GT(s.last_switch().paused_at_iteration(), 0);
   EXPECT_LT(s.last_switch().paused_at_iteration(), kIterations)
@@ -156,6 +162,8 @@ TEST(ControllerE2E, AJoinThatGainsTooLittleKeepsThePlan) {
   EXPECT_GT(d.new_throughput(), d.old_throughput());
   EXPECT_LT(d.gain_s(), d.downtime_estimate_s());
   EXPECT_THAT(d.reason(), ::testing::HasSubstr("does not beat"));
+  EXPECT_GT(d.planning_s(), 0);
+  EXPECT_GE(d.decision_s(), d.planning_s());
   // Nothing switched: the losses are the unswitched run's, exactly.
   ExpectLossesMatchTheUnswitchedRun(run, 0);
 }

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sqlite3.h>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -159,6 +161,57 @@ TEST(StateStore, AnotherSchemaVersionIsFailedPrecondition) {
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(store.status().message(), HasSubstr("schema version 99"));
+}
+
+// A database the previous controller release wrote (schema 1: decisions
+// without their timings) opens, keeps its decisions and records timings.
+TEST(StateStore, ASchemaOneDatabaseIsUpgradedKeepingItsDecisions) {
+  const std::string dir = TempDir("upgrade");
+  std::filesystem::create_directories(dir);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/controller.db").c_str(), &db), SQLITE_OK);
+    const char* v1 = R"sql(
+      CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+      INSERT INTO meta VALUES('schema_version', '1');
+      CREATE TABLE decisions(
+        id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL,
+        trigger TEXT NOT NULL, verdict TEXT NOT NULL, reason TEXT NOT NULL,
+        old_throughput REAL NOT NULL, new_throughput REAL NOT NULL,
+        migration_estimate_s REAL NOT NULL, fixed_cost_s REAL NOT NULL,
+        downtime_estimate_s REAL NOT NULL, horizon_s REAL NOT NULL,
+        gain_s REAL NOT NULL, generation INTEGER NOT NULL);
+      INSERT INTO decisions(time, trigger, verdict, reason, old_throughput,
+        new_throughput, migration_estimate_s, fixed_cost_s,
+        downtime_estimate_s, horizon_s, gain_s, generation)
+        VALUES(1700000000, 'join of c', 'keep', 'gain too small', 2.0, 2.1,
+               0.5, 1.0, 1.5, 60, 2.9, 0);)sql";
+    ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  DecisionRecord r;
+  r.time = absl::FromUnixSeconds(1'700'000'100);
+  r.decision.trigger = "join of d";
+  r.decision.verdict = Verdict::kSwitch;
+  r.decision.planning_s = 0.25;
+  r.decision.decision_s = 0.375;
+  r.generation = 2;
+  ASSERT_TRUE((*store)->AppendDecision(r).ok());
+  auto decisions = (*store)->RecentDecisions(10);
+  ASSERT_TRUE(decisions.ok()) << decisions.status();
+  ASSERT_EQ(decisions->size(), 2u);
+  EXPECT_EQ((*decisions)[0].decision.trigger, "join of d");
+  EXPECT_EQ((*decisions)[0].decision.planning_s, 0.25);
+  EXPECT_EQ((*decisions)[0].decision.decision_s, 0.375);
+  EXPECT_EQ((*decisions)[1].decision.trigger, "join of c");
+  EXPECT_EQ((*decisions)[1].decision.reason, "gain too small");
+  EXPECT_EQ((*decisions)[1].decision.planning_s, 0);
+  store->reset();
+  // Reopened, it is a version-2 database as any other.
+  EXPECT_TRUE(StateStore::Open(dir).ok());
 }
 
 }  // namespace
