@@ -1,5 +1,6 @@
 #include "planner_service/io/cluster_io.h"
 
+#include <cmath>
 #include <map>
 #include <utility>
 #include <vector>
@@ -22,8 +23,22 @@ absl::StatusOr<int> ResolveGpuType(const std::string& name,
                                    const std::string& field) {
   if (name.empty()) return errors.At(field, "must name a GPU type, got \"\"");
   absl::StatusOr<int> index = catalog.IndexOf(name);
-  if (!index.ok()) return errors.At(field, index.status().message());
+  if (!index.ok()) {
+    return errors.At(field, AbbreviateQuoted(index.status().message(), name));
+  }
   return *index;
+}
+
+// Node names and group prefixes appear in every plan, log line and error
+// about the node; longer than kMaxNodeNameBytes is a mistake.
+absl::Status CheckName(const std::string& name, const MessageErrors& errors,
+                       const std::string& field) {
+  if (name.size() > static_cast<size_t>(kMaxNodeNameBytes)) {
+    return errors.At(field, absl::StrCat("must be at most ", kMaxNodeNameBytes,
+                                         " bytes, got ",
+                                         QuoteForMessage(name)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckGpuCount(int gpus, const MessageErrors& errors,
@@ -38,6 +53,12 @@ absl::StatusOr<double> NicOr(bool has, double value, double fallback,
                              const MessageErrors& errors,
                              const std::string& field) {
   if (!has) return fallback;
+  // A request's double may be inf or NaN (a file's cannot: the schema
+  // check refuses them); neither is a bandwidth.
+  if (!std::isfinite(value)) {
+    return errors.At(field,
+                     absl::StrCat("must be a finite number > 0, got ", value));
+  }
   if (!(value > 0)) {
     return errors.At(field, absl::StrCat("must be a number > 0, got ", value));
   }
@@ -87,6 +108,7 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
     const v1::Node& m = message.nodes(i);
     const std::string field = IndexFieldPath("nodes", i);
     Node n;
+    ARACHNE_IO_RETURN_IF_ERROR(CheckName(m.name(), errors, field + ".name"));
     n.name = m.name().empty() ? absl::StrCat("node-", i) : m.name();
     absl::StatusOr<int> type =
         ResolveGpuType(m.gpu(), catalog, errors, field + ".gpu");
@@ -105,8 +127,9 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
         n.name, JoinFieldPath(prefix_path, field + ".name"));
     if (!inserted) {
       return errors.At(field + ".name",
-                       absl::StrCat("duplicate node name \"", n.name,
-                                    "\" (also ", it->second, ")"));
+                       absl::StrCat("duplicate node name ",
+                                    QuoteForMessage(n.name), " (also ",
+                                    it->second, ")"));
     }
     nodes.push_back(std::move(n));
   }
@@ -126,6 +149,8 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
     absl::StatusOr<double> nic = NicOr(m.has_nic_gbps(), m.nic_gbps(),
                                        *default_nic, errors, field + ".nic_gbps");
     if (!nic.ok()) return nic.status();
+    ARACHNE_IO_RETURN_IF_ERROR(
+        CheckName(m.name_prefix(), errors, field + ".name_prefix"));
     const std::string prefix =
         m.name_prefix().empty() ? absl::AsciiStrToLower(catalog.type(*type).id)
                                 : m.name_prefix();
@@ -139,8 +164,9 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
       auto [it, inserted] =
           origin_by_name.emplace(n.name, JoinFieldPath(prefix_path, field));
       if (!inserted) {
-        return errors.At(field, absl::StrCat("generated node name \"", n.name,
-                                             "\" collides with ", it->second,
+        return errors.At(field, absl::StrCat("generated node name ",
+                                             QuoteForMessage(n.name),
+                                             " collides with ", it->second,
                                              "; set a different name_prefix"));
       }
       nodes.push_back(std::move(n));

@@ -29,6 +29,8 @@ namespace arachne {
 // before any node is made, so a typo such as `count: 100000000` is an error
 // and not a memory blow-up.
 inline constexpr int kMaxClusterNodes = 4096;
+// Longest node name or name_prefix (real ones are a few dozen bytes).
+inline constexpr int kMaxNodeNameBytes = 256;
 
 // Resolves a cluster message against the GPU catalog. Nodes come in message
 // order: `nodes` first, then each group's nodes. A node without a name is
@@ -39,7 +41,8 @@ inline constexpr int kMaxClusterNodes = 4096;
 // when `source` is empty, as the service reports a request's field): unknown
 // GPU type (with the known ids), GPU counts outside 1..kMaxGpusPerNode,
 // group counts < 1, NIC speeds <= 0, an empty cluster, more than
-// kMaxClusterNodes nodes, duplicate or colliding names.
+// kMaxClusterNodes nodes, names longer than kMaxNodeNameBytes, duplicate or
+// colliding names. Long values are quoted abbreviated (QuoteForMessage).
 absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
                                            const GpuCatalog& catalog,
                                            absl::string_view source,

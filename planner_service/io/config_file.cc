@@ -1,9 +1,10 @@
 #include "planner_service/io/config_file.h"
 
-#include <fstream>
-#include <sstream>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "planner_service/io/data_files.h"
 #include "planner_service/io/json_yaml.h"
 #include "planner_service/io/message_json.h"
 
@@ -21,14 +22,22 @@ absl::Status ParseConfigText(absl::string_view text, absl::string_view source,
 
 absl::Status LoadConfigFile(const std::string& path,
                             google::protobuf::Message* config) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (!in) {
+  std::error_code ec;
+  absl::StatusOr<std::string> text =
+      std::filesystem::is_directory(path, ec)
+          ? absl::NotFoundError("a directory")
+          : ReadFileToString(path);
+  if (!text.ok()) {
+    // Too big is the file's fault, worded by the reader; any other failure
+    // is "cannot read".
+    if (text.status().code() == absl::StatusCode::kInvalidArgument) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: ", text.status().message()));
+    }
     return absl::NotFoundError(
         absl::StrCat("config: cannot read \"", path, "\""));
   }
-  return ParseConfigText(buffer.str(), path, config);
+  return ParseConfigText(*text, path, config);
 }
 
 }  // namespace arachne

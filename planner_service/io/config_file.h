@@ -21,7 +21,9 @@ absl::Status ParseConfigText(absl::string_view text, absl::string_view source,
                              google::protobuf::Message* config);
 
 // ParseConfigText of the file at `path` (named by its path in errors);
-// NotFound "config: cannot read \"<path>\"" when it cannot be read.
+// NotFound "config: cannot read \"<path>\"" when it cannot be read,
+// InvalidArgument "config: <path>: file is larger than the limit ..." when
+// it holds more than kMaxInputBytes (json_yaml.h).
 absl::Status LoadConfigFile(const std::string& path,
                             google::protobuf::Message* config);
 

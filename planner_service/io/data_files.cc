@@ -5,12 +5,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "planner_service/io/json_yaml.h"
 
 namespace arachne {
 
@@ -32,9 +32,25 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   }
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
+  // Read at most one byte past the limit: a huge or endless file (a
+  // device such as /dev/zero, a FIFO that never closes after sending
+  // that much) is refused without holding more than the limit.
+  std::string text;
+  char chunk[1 << 16];
+  while (in && static_cast<int64_t>(text.size()) <= kMaxInputBytes) {
+    in.read(chunk, sizeof(chunk));
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+  }
+  if (static_cast<int64_t>(text.size()) > kMaxInputBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": file is larger than the limit of ",
+                     kMaxInputBytes, " bytes (16 MiB)"));
+  }
+  if (in.bad()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  }
+  return text;
 }
 
 absl::StatusOr<std::string> ReadDataFile(absl::string_view relative_path,

@@ -13,7 +13,10 @@
 
 namespace arachne {
 
-// Reads a whole file; NotFound / PermissionDenied naming the path.
+// Reads a whole file; NotFound / PermissionDenied naming the path, and
+// InvalidArgument "<path>: file is larger than the limit of ..." beyond
+// kMaxInputBytes (json_yaml.h), found after reading no more than that (so
+// /dev/zero is an error, not an endless read).
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
 // Reads `relative_path` (e.g. "gpus.yaml") from `profiles_dir` when it is

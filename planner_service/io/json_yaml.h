@@ -39,6 +39,40 @@
 
 namespace arachne {
 
+// Input limits of every reader here (docs/formats.md, "Input limits"). They
+// sit far above what any real cluster, plan, catalog, config.json or
+// scenario holds, and far below what would exhaust memory or the stack:
+// each breach is InvalidArgument naming the source and what went over.
+//
+// Bytes of one input text or file; a longer file (or an endless one such as
+// /dev/zero) is refused after reading this much.
+inline constexpr int64_t kMaxInputBytes = int64_t{16} << 20;  // 16 MiB
+// Levels of nested lists and mappings; the deepest shipped file has 6.
+// Trees deeper than this are where recursive code (dump, protobuf's parser,
+// the schema check) would overflow the stack.
+inline constexpr int kMaxNestingDepth = 64;
+// Values (scalars, lists and mappings) in one tree, YAML aliases expanded.
+inline constexpr int64_t kMaxInputValues = 1'000'000;
+// Values that YAML aliases copy in one text: a 500-byte "billion laughs"
+// file would otherwise expand to gigabytes.
+inline constexpr int64_t kMaxAliasValues = 100'000;
+// Bytes of one string or mapping key.
+inline constexpr int64_t kMaxStringBytes = int64_t{1} << 20;  // 1 MiB
+// Bytes of a user's value an error message quotes before it abbreviates,
+// so a 5 MB name gives a one-line error, not a 5 MB one.
+inline constexpr int kMaxQuotedBytes = 64;
+
+// `message` (from code that quotes `value` whole, such as core's "unknown
+// GPU type \"<value>\"") with that quote abbreviated as QuoteForMessage
+// does; unchanged when `value` is short or not quoted in it.
+std::string AbbreviateQuoted(absl::string_view message,
+                             absl::string_view value);
+
+// `s` quoted for an error message: "\"abc\"", or its first kMaxQuotedBytes
+// bytes and the full size, "\"abc...\" (5242880 bytes)". Bytes that are not
+// UTF-8 are shown as U+FFFD.
+std::string QuoteForMessage(absl::string_view s);
+
 // Parses `text` as JSON when it starts with '{' or '[' (after whitespace) and
 // is valid JSON; otherwise as YAML (unless `source_name` ends in ".json",
 // which must be valid JSON), converted to the same tree: plain scalars
@@ -46,8 +80,18 @@ namespace arachne {
 // true/false bools, null/~/empty null), quoted scalars are always strings.
 // Duplicate keys are rejected. Errors are InvalidArgument
 // "<source_name>:<line>:<column>: <parser message>" (1-based).
+// Within the limits above; a breach is InvalidArgument "<source_name>:
+// ..." naming the limit (and the field path or line where it was crossed).
+// Strings and keys must be valid UTF-8; a number beyond a double's range
+// (1e999) is an error with its line and column, never infinity.
 absl::StatusOr<nlohmann::json> ParseJsonOrYaml(absl::string_view text,
                                                absl::string_view source_name);
+
+// JSON only (no YAML fallback), with the checks and limits above: for text
+// that must be JSON whatever it is called, such as a request's
+// `hf_config_json`. Errors "<source_name>:<line>:<column>: invalid JSON: ...".
+absl::StatusOr<nlohmann::json> ParseJsonText(absl::string_view text,
+                                             absl::string_view source_name);
 
 // "a" + "b" -> "a.b"; "" + "b" -> "b".
 std::string JoinFieldPath(absl::string_view path, absl::string_view key);
@@ -60,7 +104,10 @@ absl::Status FieldError(absl::string_view source, absl::string_view path,
                         absl::string_view message);
 
 // Compact rendering of a value for "got ..." parts of messages: strings in
-// quotes, containers abbreviated to keep messages one line.
+// quotes (long ones abbreviated as QuoteForMessage does), containers
+// abbreviated to keep messages one line, YAML's non-finite floats as .inf,
+// -.inf and .nan. Never recursive beyond a few levels, so safe on a tree of
+// any depth.
 std::string DescribeJsonValue(const nlohmann::json& value);
 
 // Reads the fields of one JSON object with precise errors. Cheap to copy: it

@@ -48,8 +48,8 @@ class SchemaChecker {
         for (int i = 0; i < type.field_count(); ++i) {
           allowed.push_back(type.field(i)->name());
         }
-        return Error(path, absl::StrCat("unknown field \"", key,
-                                        "\" (allowed: ",
+        return Error(path, absl::StrCat("unknown field ", QuoteForMessage(key),
+                                        " (allowed: ",
                                         absl::StrJoin(allowed, ", "), ")"));
       }
       if (v.is_null()) continue;
@@ -85,8 +85,12 @@ class SchemaChecker {
       const FieldDescriptor& value_field = *field.message_type()->map_value();
       Json out = Json::object();
       for (const auto& [key, item] : v.items()) {
-        absl::StatusOr<Json> checked =
-            Single(item, value_field, JoinFieldPath(path, key));
+        // A key becomes part of the path; a long one is abbreviated.
+        absl::StatusOr<Json> checked = Single(
+            item, value_field,
+            JoinFieldPath(path, key.size() > kMaxQuotedBytes
+                                    ? QuoteForMessage(key)
+                                    : key));
         if (!checked.ok()) return checked.status();
         out[key] = *std::move(checked);
       }
@@ -155,25 +159,33 @@ class SchemaChecker {
                                         absl::StrJoin(names, ", "), ", got ",
                                         DescribeJsonValue(v)));
       }
+      // Only 64-bit integers may be strings: the mapping writes them so
+      // (JSON numbers lose precision beyond 2^53). A 32-bit field written
+      // "4" is a typed-in string, which the format calls an error.
       case FieldDescriptor::CPPTYPE_INT32:
         return Integer(v, path, std::numeric_limits<int32_t>::min(),
-                       std::numeric_limits<int32_t>::max());
+                       std::numeric_limits<int32_t>::max(),
+                       /*string_ok=*/false);
       case FieldDescriptor::CPPTYPE_INT64:
         return Integer(v, path, std::numeric_limits<int64_t>::min(),
-                       std::numeric_limits<int64_t>::max());
+                       std::numeric_limits<int64_t>::max(),
+                       /*string_ok=*/true);
       case FieldDescriptor::CPPTYPE_UINT32:
-        return Integer(v, path, 0, std::numeric_limits<uint32_t>::max());
+        return Integer(v, path, 0, std::numeric_limits<uint32_t>::max(),
+                       /*string_ok=*/false);
       case FieldDescriptor::CPPTYPE_UINT64:
         // Beyond int64 is not a value any arachne field means.
-        return Integer(v, path, 0, std::numeric_limits<int64_t>::max());
+        return Integer(v, path, 0, std::numeric_limits<int64_t>::max(),
+                       /*string_ok=*/true);
     }
     return Error(path, "has a type this reader does not know");
   }
 
-  // An integer in [min, max]: a JSON integer, or a decimal string (the
-  // mapping writes 64-bit integers as strings).
+  // An integer in [min, max]: a JSON integer, or with `string_ok` a decimal
+  // string (the mapping writes 64-bit integers as strings).
   absl::StatusOr<Json> Integer(const Json& v, const std::string& path,
-                               int64_t min, int64_t max) const {
+                               int64_t min, int64_t max,
+                               bool string_ok) const {
     int64_t n = 0;
     bool ok = false;
     if (v.is_number_unsigned()) {
@@ -183,12 +195,16 @@ class SchemaChecker {
     } else if (v.is_number_integer()) {
       ok = true;
       n = v.get<int64_t>();
-    } else if (v.is_string()) {
+    } else if (v.is_string() && string_ok) {
       ok = absl::SimpleAtoi(v.get<std::string>(), &n);
     }
     if (!ok && !v.is_number_unsigned()) {
-      return Error(path, absl::StrCat("must be an integer, got ",
-                                      DescribeJsonValue(v)));
+      int64_t unused = 0;
+      const bool quoted_number =
+          v.is_string() && absl::SimpleAtoi(v.get<std::string>(), &unused);
+      return Error(path, absl::StrCat("must be an integer",
+                                      quoted_number ? " (without quotes)" : "",
+                                      ", got ", DescribeJsonValue(v)));
     }
     if (!ok || n < min || n > max) {
       return Error(path, absl::StrCat("must be an integer in [", min, ", ",

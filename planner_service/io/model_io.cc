@@ -87,14 +87,14 @@ class HfReader {
                                   int min = 1) const {
     std::string key = FirstPresent(keys);
     if (key.empty()) return Missing(keys);
-    return r_.Int(key, min);
+    return r_.Int(key, min, kMaxModelDimension);
   }
 
   absl::StatusOr<int> OptionalInt(std::initializer_list<absl::string_view> keys,
                                   int fallback, int min = 1) const {
     std::string key = FirstPresent(keys);
     if (key.empty()) return fallback;
-    return r_.Int(key, min);
+    return r_.Int(key, min, kMaxModelDimension);
   }
 
   const ObjectReader& reader() const { return r_; }
@@ -126,8 +126,8 @@ absl::StatusOr<ModelSpec> ModelFromHfConfigImpl(const Json& config,
   if (family == nullptr) {
     return r.Error(
         "architectures",
-        absl::StrCat("unsupported architecture \"", arch,
-                     "\"; supported: ", absl::StrJoin(supported, ", ")));
+        absl::StrCat("unsupported architecture ", QuoteForMessage(arch),
+                     "; supported: ", absl::StrJoin(supported, ", ")));
   }
   const bool gpt = *family == HfFamily::kGpt;
 
@@ -150,15 +150,16 @@ absl::StatusOr<ModelSpec> ModelFromHfConfigImpl(const Json& config,
       m.num_kv_heads, hf.OptionalInt({"num_key_value_heads"}, m.num_heads));
   ARACHNE_IO_ASSIGN_OR_RETURN(
       int64_t vocab, r.Has("vocab_size")
-                         ? r.Int64("vocab_size", 1)
-                         : absl::StatusOr<int64_t>(hf.Missing({"vocab_size"})));
+                         ? r.Int("vocab_size", 1, kMaxModelDimension)
+                         : absl::StatusOr<int>(hf.Missing({"vocab_size"})));
   m.vocab = vocab;
   // transformers' defaults: PretrainedConfig ties (GPT-2, GPT-Neo); the Llama
   // family and DeepSeek configs untie.
   ARACHNE_IO_ASSIGN_OR_RETURN(m.tied_embeddings,
                               r.BoolOr("tie_word_embeddings", gpt));
   if (gpt) {
-    // n_inner / intermediate_size are null in GPT-2 / GPT-Neo configs: 4h.
+    // n_inner / intermediate_size are null in GPT-2 / GPT-Neo configs: 4h
+    // (m.hidden <= kMaxModelDimension, so 4h fits an int).
     ARACHNE_IO_ASSIGN_OR_RETURN(
         m.ffn, hf.OptionalInt({"n_inner", "intermediate_size"}, 4 * m.hidden));
   } else {
@@ -181,7 +182,8 @@ absl::StatusOr<ModelSpec> ModelFromHfConfigImpl(const Json& config,
     // The query/key head width (what attention scores are computed over).
     m.head_dim = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim;
   } else if (r.Has("head_dim")) {
-    ARACHNE_IO_ASSIGN_OR_RETURN(m.head_dim, r.Int("head_dim", 1));
+    ARACHNE_IO_ASSIGN_OR_RETURN(m.head_dim,
+                                r.Int("head_dim", 1, kMaxModelDimension));
   } else {
     ARACHNE_IO_ASSIGN_OR_RETURN(
         m.head_dim,
@@ -293,12 +295,15 @@ absl::StatusOr<ModelSpec> ModelFromMessage(const v1::Model& e,
         {"hidden", e.hidden()},
         {"num_heads", e.num_heads()},
         {"vocab", e.vocab()}}) {
-    ARACHNE_IO_RETURN_IF_ERROR(errors.IntAtLeast(field, value, 1));
+    ARACHNE_IO_RETURN_IF_ERROR(
+        errors.IntInRange(field, value, 1, kMaxModelDimension));
   }
-  ARACHNE_IO_RETURN_IF_ERROR(errors.IntAtLeast("num_kv_heads",
-                                               e.num_kv_heads(), 0));
-  ARACHNE_IO_RETURN_IF_ERROR(errors.IntAtLeast("head_dim", e.head_dim(), 0));
-  ARACHNE_IO_RETURN_IF_ERROR(errors.IntAtLeast("ffn", e.ffn(), 0));
+  ARACHNE_IO_RETURN_IF_ERROR(errors.IntInRange(
+      "num_kv_heads", e.num_kv_heads(), 0, kMaxModelDimension));
+  ARACHNE_IO_RETURN_IF_ERROR(
+      errors.IntInRange("head_dim", e.head_dim(), 0, kMaxModelDimension));
+  ARACHNE_IO_RETURN_IF_ERROR(
+      errors.IntInRange("ffn", e.ffn(), 0, kMaxModelDimension));
   m.num_layers = e.num_layers();
   m.hidden = e.hidden();
   m.num_heads = e.num_heads();
@@ -321,35 +326,35 @@ absl::StatusOr<ModelSpec> ModelFromMessage(const v1::Model& e,
   } else if (e.mlp() == "gelu") {
     m.mlp = MlpKind::kGelu;
   } else {
-    return errors.At("mlp", absl::StrCat("must be swiglu or gelu, got \"",
-                                         e.mlp(), "\""));
+    return errors.At("mlp", absl::StrCat("must be swiglu or gelu, got ",
+                                         QuoteForMessage(e.mlp())));
   }
   if (e.attention().empty() || e.attention() == "gqa") {
     m.attention = AttentionKind::kGqa;
   } else if (e.attention() == "mla") {
     m.attention = AttentionKind::kMla;
   } else {
-    return errors.At("attention", absl::StrCat("must be gqa or mla, got \"",
-                                               e.attention(), "\""));
+    return errors.At("attention", absl::StrCat("must be gqa or mla, got ",
+                                               QuoteForMessage(e.attention())));
   }
   m.tied_embeddings = e.tied_embeddings();
   if (e.has_moe()) {
     const v1::MoeSpec& moe = e.moe();
     const MessageErrors me = errors.Under("moe");
-    ARACHNE_IO_RETURN_IF_ERROR(me.IntAtLeast("num_experts", moe.num_experts(), 1));
-    ARACHNE_IO_RETURN_IF_ERROR(me.IntAtLeast("top_k", moe.top_k(), 1));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange("num_experts", moe.num_experts(), 1, kMaxModelDimension));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange("top_k", moe.top_k(), 1, kMaxModelDimension));
     if (moe.top_k() > moe.num_experts()) {
       return me.At("top_k", absl::StrCat("must be an integer <= ",
                                          moe.num_experts(), ", got ",
                                          moe.top_k()));
     }
-    ARACHNE_IO_RETURN_IF_ERROR(me.IntAtLeast("expert_ffn", moe.expert_ffn(), 1));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange("expert_ffn", moe.expert_ffn(), 1, kMaxModelDimension));
     ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntAtLeast("shared_experts", moe.shared_experts(), 0));
+        me.IntInRange("shared_experts", moe.shared_experts(), 0, kMaxModelDimension));
     ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntAtLeast("shared_expert_ffn", moe.shared_expert_ffn(), 0));
+        me.IntInRange("shared_expert_ffn", moe.shared_expert_ffn(), 0, kMaxModelDimension));
     ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntAtLeast("dense_first_layers", moe.dense_first_layers(), 0));
+        me.IntInRange("dense_first_layers", moe.dense_first_layers(), 0, kMaxModelDimension));
     m.moe.num_experts = moe.num_experts();
     m.moe.top_k = moe.top_k();
     m.moe.expert_ffn = moe.expert_ffn();
@@ -361,14 +366,14 @@ absl::StatusOr<ModelSpec> ModelFromMessage(const v1::Model& e,
     if (!e.has_mla()) return errors.At("mla", "required when attention is mla");
     const v1::MlaSpec& mla = e.mla();
     const MessageErrors me = errors.Under("mla");
-    ARACHNE_IO_RETURN_IF_ERROR(me.IntAtLeast("q_lora_rank", mla.q_lora_rank(), 0));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange("q_lora_rank", mla.q_lora_rank(), 0, kMaxModelDimension));
     ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntAtLeast("kv_lora_rank", mla.kv_lora_rank(), 1));
+        me.IntInRange("kv_lora_rank", mla.kv_lora_rank(), 1, kMaxModelDimension));
     ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntAtLeast("qk_nope_head_dim", mla.qk_nope_head_dim(), 0));
+        me.IntInRange("qk_nope_head_dim", mla.qk_nope_head_dim(), 0, kMaxModelDimension));
     ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntAtLeast("qk_rope_head_dim", mla.qk_rope_head_dim(), 0));
-    ARACHNE_IO_RETURN_IF_ERROR(me.IntAtLeast("v_head_dim", mla.v_head_dim(), 1));
+        me.IntInRange("qk_rope_head_dim", mla.qk_rope_head_dim(), 0, kMaxModelDimension));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange("v_head_dim", mla.v_head_dim(), 1, kMaxModelDimension));
     m.mla.q_lora_rank = mla.q_lora_rank();
     m.mla.kv_lora_rank = mla.kv_lora_rank();
     m.mla.qk_nope_head_dim = mla.qk_nope_head_dim();
@@ -469,6 +474,13 @@ absl::StatusOr<ModelSpec> ModelFromHfConfig(const nlohmann::json& config,
   return ModelFromHfConfigImpl(config, name, name);
 }
 
+absl::StatusOr<ModelSpec> ModelFromHfConfigText(absl::string_view text,
+                                                absl::string_view name,
+                                                absl::string_view source) {
+  ARACHNE_IO_ASSIGN_OR_RETURN(Json config, ParseJsonText(text, source));
+  return ModelFromHfConfigImpl(config, name, source);
+}
+
 absl::StatusOr<ModelSpec> ResolveModel(absl::string_view name_or_path,
                                        const std::string& profiles_dir) {
   ARACHNE_IO_ASSIGN_OR_RETURN(std::vector<ModelSpec> catalog,
@@ -492,8 +504,8 @@ absl::StatusOr<ModelSpec> ResolveModel(absl::string_view name_or_path,
   std::vector<std::string> names;
   for (const ModelSpec& m : catalog) names.push_back(m.name);
   return absl::NotFoundError(absl::StrCat(
-      "unknown model \"", name_or_path,
-      "\": neither a catalog model nor a Hugging Face config.json file; "
+      "unknown model ", QuoteForMessage(name_or_path),
+      ": neither a catalog model nor a Hugging Face config.json file; "
       "catalog models: ",
       absl::StrJoin(names, ", ")));
 }

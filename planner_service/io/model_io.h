@@ -14,6 +14,12 @@
 
 namespace arachne {
 
+// Largest value of any model dimension a reader accepts (layers, hidden,
+// heads, ffn, vocab, expert counts and widths, MLA ranks): 16,777,216, some
+// 60x the largest in use (vocab ~256k), and small enough that products of
+// two dimensions cannot overflow the integers the cost model computes in.
+inline constexpr int kMaxModelDimension = 1 << 24;
+
 // Resolves a catalog entry message (arachne.v1.Model, the shape of a
 // `models:` row, see docs/formats.md): defaults for zero / empty fields,
 // range checks, then ModelSpec::Validate (whose message is prefixed with
@@ -59,6 +65,15 @@ const std::vector<std::string>& SupportedHfArchitectures();
 // (e.g. interleaved dense/MoE layers via decoder_sparse_step > 1).
 absl::StatusOr<ModelSpec> ModelFromHfConfig(const nlohmann::json& config,
                                             absl::string_view name);
+
+// ModelFromHfConfig of a config.json text (strict JSON, within the limits of
+// json_yaml.h), with errors prefixed by `source` and naming the position of
+// a syntax error: "model.hf_config_json:1:9: invalid JSON: ...", or
+// "model.hf_config_json: architectures: ...". For text that arrives in a
+// request rather than a file.
+absl::StatusOr<ModelSpec> ModelFromHfConfigText(absl::string_view text,
+                                                absl::string_view name,
+                                                absl::string_view source);
 
 // Resolves a --model value: a catalog name (case-insensitive) first; else an
 // existing file, read as a Hugging Face config.json (a directory holding

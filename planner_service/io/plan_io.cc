@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner_service/core/node_pool.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/json_yaml.h"
 #include "planner_service/io/message_json.h"
@@ -44,7 +45,10 @@ absl::StatusOr<Stage> StageFromMessage(const v1::Stage& m,
                                        const MessageErrors& errors) {
   Stage s;
   absl::StatusOr<int> type = catalog.IndexOf(m.gpu_type());
-  if (!type.ok()) return errors.At("gpu_type", type.status().message());
+  if (!type.ok()) {
+    return errors.At("gpu_type",
+                     AbbreviateQuoted(type.status().message(), m.gpu_type()));
+  }
   s.gpu_type = *type;
   if (absl::Status st = errors.IntAtLeast("tp", m.tp(), 1); !st.ok()) {
     return st;
@@ -86,8 +90,14 @@ absl::StatusOr<StagePlacement> PlacementFromMessage(
   StagePlacement p;
   auto it = node_by_name.find(m.node());
   if (it == node_by_name.end()) {
-    return errors.At("node", absl::StrCat("unknown node \"", m.node(),
-                                          "\" (not in the cluster)"));
+    return errors.At("node", absl::StrCat("unknown node ",
+                                          QuoteForMessage(m.node()),
+                                          " (not in the cluster)"));
+  }
+  if (m.gpus_size() > kMaxGpusPerNode) {
+    return errors.At("gpus", absl::StrCat("must list at most ", kMaxGpusPerNode,
+                                          " GPUs (one node's), got ",
+                                          m.gpus_size()));
   }
   p.node = it->second;
   for (int i = 0; i < m.gpus_size(); ++i) {
@@ -152,6 +162,19 @@ absl::StatusOr<Template> TemplateFromMessage(
   }
 
   if (m.stages_size() == 0) return errors.At("stages", "must not be empty");
+  // Counts are checked before anything is built, so a huge message is
+  // refused in time proportional to its size, not to what it would expand
+  // to (a template's placement has replicas x stages entries).
+  if (m.stages_size() > kMaxPlanStages) {
+    return errors.At("stages", absl::StrCat("must have at most ",
+                                            kMaxPlanStages, " stages, got ",
+                                            m.stages_size()));
+  }
+  if (t.replicas > kMaxPlanReplicas) {
+    return errors.At("replicas",
+                     absl::StrCat("must be an integer <= ", kMaxPlanReplicas,
+                                  ", got ", t.replicas));
+  }
   for (int s = 0; s < m.stages_size(); ++s) {
     absl::StatusOr<Stage> stage = StageFromMessage(
         m.stages(s), catalog, errors.Under(IndexFieldPath("stages", s)));
@@ -279,6 +302,11 @@ absl::StatusOr<Plan> PlanFromMessage(
     absl::string_view source, absl::string_view path) {
   const MessageErrors errors(source, path);
   if (templates.empty()) return errors.At("templates", "must not be empty");
+  if (templates.size() > kMaxPlanTemplates) {
+    return errors.At("templates",
+                     absl::StrCat("must have at most ", kMaxPlanTemplates,
+                                  " templates, got ", templates.size()));
+  }
   absl::flat_hash_map<std::string, int> node_by_name;
   for (int i = 0; i < cluster.num_nodes(); ++i) {
     node_by_name.emplace(cluster.node(i).name, i);

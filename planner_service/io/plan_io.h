@@ -41,6 +41,15 @@
 
 namespace arachne {
 
+// Bounds on one plan, checked before it is built: far above any plan a
+// planner makes for the largest cluster (kMaxClusterNodes nodes), so that
+// a malformed file or request is refused quickly and in little memory.
+inline constexpr int kMaxPlanTemplates = 64;
+// A stage holds at least one layer; no model has more layers than this.
+inline constexpr int kMaxPlanStages = 1024;
+// A replica uses at least one GPU: 4096 nodes of 64.
+inline constexpr int kMaxPlanReplicas = 4096 * 64;
+
 // The plan file message of a plan and its prediction.
 v1::PlanDocument PlanToDocument(const Plan& plan, const Prediction& prediction,
                                 const Cluster& cluster,
@@ -52,7 +61,8 @@ v1::PlanDocument PlanToDocument(const Plan& plan, const Prediction& prediction,
 // name) and `catalog` (GPU types by id or alias): the one reader of plans,
 // for files (PlanFromJson) and the service's requests alike. Checks
 // structure only (tp >= 1, 0 <= begin < end, one placement row per replica
-// and entry per stage, tp GPUs per entry, known nodes and GPU types);
+// and entry per stage, tp GPUs per entry, known nodes and GPU types, the
+// kMaxPlan* bounds above);
 // whether the plan is feasible is core's validation. Errors are
 // InvalidArgument "<source>: <path>.templates[i].placement[r].stages[s]
 // .node: unknown node \"x\" (not in the cluster)" and the like (without

@@ -34,8 +34,8 @@ absl::StatusOr<ScenarioKind> ReadKind(const ObjectReader& r) {
   }
   return r.Error("kind",
                  absl::StrCat("must be compare, search_curve, growth or "
-                              "scatter, got \"",
-                              kind, "\""));
+                              "scatter, got ",
+                              QuoteForMessage(kind)));
 }
 
 // The `training` mapping; absent fields keep TrainingConfig's defaults.
@@ -54,8 +54,8 @@ absl::StatusOr<TrainingConfig> ReadTraining(const ObjectReader& top) {
                               r.StringOr("precision", "bf16"));
   absl::StatusOr<Precision> p = ParsePrecision(precision);
   if (!p.ok()) {
-    return r.Error("precision", absl::StrCat("must be bf16 or fp16, got \"",
-                                             precision, "\""));
+    return r.Error("precision", absl::StrCat("must be bf16 or fp16, got ",
+                                             QuoteForMessage(precision)));
   }
   training.precision = *p;
   ARACHNE_IO_ASSIGN_OR_RETURN(const std::string recompute,
@@ -63,8 +63,8 @@ absl::StatusOr<TrainingConfig> ReadTraining(const ObjectReader& top) {
   absl::StatusOr<Recompute> rc = ParseRecompute(recompute);
   if (!rc.ok()) {
     return r.Error("recompute",
-                   absl::StrCat("must be none, selective or full, got \"",
-                                recompute, "\""));
+                   absl::StrCat("must be none, selective or full, got ",
+                                QuoteForMessage(recompute)));
   }
   training.recompute = *rc;
   ARACHNE_IO_ASSIGN_OR_RETURN(
@@ -78,8 +78,8 @@ absl::StatusOr<TrainingConfig> ReadTraining(const ObjectReader& top) {
   if (optimizer != "adam") {
     return r.Error("optimizer",
                    absl::StrCat("must be adam (the only optimizer the cost "
-                                "model prices), got \"",
-                                optimizer, "\""));
+                                "model prices), got ",
+                                QuoteForMessage(optimizer)));
   }
   if (absl::Status s = training.Validate(); !s.ok()) {
     return FieldError(r.source(), r.path(), s.message());
@@ -157,7 +157,10 @@ absl::StatusOr<Scenario> ParseScenario(absl::string_view text,
   ARACHNE_IO_ASSIGN_OR_RETURN(s.kind, ReadKind(top));
   ARACHNE_IO_ASSIGN_OR_RETURN(s.model, top.String("model"));
   absl::StatusOr<ModelSpec> model = ResolveModel(s.model, profiles_dir);
-  if (!model.ok()) return top.Error("model", model.status().message());
+  if (!model.ok()) {
+    return top.Error("model",
+                     AbbreviateQuoted(model.status().message(), s.model));
+  }
   s.model_spec = *std::move(model);
   ARACHNE_IO_ASSIGN_OR_RETURN(s.training, ReadTraining(top));
 
@@ -193,7 +196,8 @@ absl::StatusOr<Scenario> ParseScenario(absl::string_view text,
     if (!inserted) {
       return FieldError(
           source, JoinFieldPath(path, "label"),
-          absl::StrCat("duplicate label \"", c.label, "\" (also compositions[",
+          absl::StrCat("duplicate label ", QuoteForMessage(c.label),
+                       " (also compositions[",
                        it->second, "])"));
     }
     s.compositions.push_back(std::move(c));
