@@ -10,13 +10,11 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const arachne::GpuCatalog* const catalog =
       new arachne::GpuCatalog(*arachne::LoadGpuCatalog());
-  absl::StatusOr<arachne::Cluster> cluster =
-      arachne::ParseCluster(arachne::fuzz::AsText(data, size), "cluster.yaml",
-                            *catalog);
+  absl::StatusOr<arachne::Cluster> cluster = arachne::ParseCluster(
+      arachne::fuzz::AsText(data, size), "cluster.yaml", *catalog);
   arachne::fuzz::CheckInputError(cluster.status(), "ParseCluster");
   if (cluster.ok()) {
-    const std::string again =
-        arachne::ClusterToJson(*cluster, *catalog).dump();
+    const std::string again = arachne::ClusterToJson(*cluster, *catalog).dump();
     absl::StatusOr<arachne::Cluster> back =
         arachne::ParseCluster(again, "written.json", *catalog);
     arachne::fuzz::CheckOk(back.status(), "a written cluster reads back");

@@ -45,11 +45,10 @@ inline void CheckInputError(const absl::Status& status, absl::string_view what,
                             absl::StatusCode also_ok = absl::StatusCode::kOk) {
   static const bool verbose = std::getenv("ARACHNE_FUZZ_VERBOSE") != nullptr;
   if (verbose) {
-    std::fprintf(stderr, "  %.*s: %s\n", static_cast<int>(what.size()),
-                 what.data(),
-                 status.ok() ? "OK"
-                             : std::string(status.message().substr(0, 300))
-                                   .c_str());
+    std::fprintf(
+        stderr, "  %.*s: %s\n", static_cast<int>(what.size()), what.data(),
+        status.ok() ? "OK"
+                    : std::string(status.message().substr(0, 300)).c_str());
   }
   if (status.ok()) return;
   if (status.code() != absl::StatusCode::kInvalidArgument &&

@@ -13,12 +13,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const arachne::GpuCatalog* const catalog =
       new arachne::GpuCatalog(*arachne::LoadGpuCatalog());
   // The nodes the seed plans name (examples/small-8.yaml).
-  static const arachne::Cluster* const cluster =
-      new arachne::Cluster(*arachne::ParseCluster(
-          "nodes:\n"
-          "  - {name: a100-0, gpu: A100-40GB, gpus: 4}\n"
-          "  - {name: a6000-0, gpu: A6000, gpus: 4}\n",
-          "small-8.yaml", *catalog));
+  static const arachne::Cluster* const cluster = new arachne::Cluster(
+      *arachne::ParseCluster("nodes:\n"
+                             "  - {name: a100-0, gpu: A100-40GB, gpus: 4}\n"
+                             "  - {name: a6000-0, gpu: A6000, gpus: 4}\n",
+                             "small-8.yaml", *catalog));
   absl::StatusOr<nlohmann::json> tree =
       arachne::ParseJsonOrYaml(arachne::fuzz::AsText(data, size), "plan.json");
   arachne::fuzz::CheckInputError(tree.status(), "ParseJsonOrYaml");

@@ -8,9 +8,8 @@
 #include "planner_service/server/server_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  absl::StatusOr<arachne::v1::ServerConfig> config =
-      arachne::ParseServerConfig(arachne::fuzz::AsText(data, size),
-                                 "planner.yaml");
+  absl::StatusOr<arachne::v1::ServerConfig> config = arachne::ParseServerConfig(
+      arachne::fuzz::AsText(data, size), "planner.yaml");
   arachne::fuzz::CheckInputError(config.status(), "ParseServerConfig");
   return 0;
 }

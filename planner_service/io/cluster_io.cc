@@ -34,9 +34,9 @@ absl::StatusOr<int> ResolveGpuType(const std::string& name,
 absl::Status CheckName(const std::string& name, const MessageErrors& errors,
                        const std::string& field) {
   if (name.size() > static_cast<size_t>(kMaxNodeNameBytes)) {
-    return errors.At(field, absl::StrCat("must be at most ", kMaxNodeNameBytes,
-                                         " bytes, got ",
-                                         QuoteForMessage(name)));
+    return errors.At(field,
+                     absl::StrCat("must be at most ", kMaxNodeNameBytes,
+                                  " bytes, got ", QuoteForMessage(name)));
   }
   return absl::OkStatus();
 }
@@ -126,10 +126,10 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
     auto [it, inserted] = origin_by_name.emplace(
         n.name, JoinFieldPath(prefix_path, field + ".name"));
     if (!inserted) {
-      return errors.At(field + ".name",
-                       absl::StrCat("duplicate node name ",
-                                    QuoteForMessage(n.name), " (also ",
-                                    it->second, ")"));
+      return errors.At(
+          field + ".name",
+          absl::StrCat("duplicate node name ", QuoteForMessage(n.name),
+                       " (also ", it->second, ")"));
     }
     nodes.push_back(std::move(n));
   }
@@ -164,10 +164,10 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
       auto [it, inserted] =
           origin_by_name.emplace(n.name, JoinFieldPath(prefix_path, field));
       if (!inserted) {
-        return errors.At(field, absl::StrCat("generated node name ",
-                                             QuoteForMessage(n.name),
-                                             " collides with ", it->second,
-                                             "; set a different name_prefix"));
+        return errors.At(
+            field, absl::StrCat("generated node name ", QuoteForMessage(n.name),
+                                " collides with ", it->second,
+                                "; set a different name_prefix"));
       }
       nodes.push_back(std::move(n));
     }

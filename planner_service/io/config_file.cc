@@ -23,10 +23,9 @@ absl::Status ParseConfigText(absl::string_view text, absl::string_view source,
 absl::Status LoadConfigFile(const std::string& path,
                             google::protobuf::Message* config) {
   std::error_code ec;
-  absl::StatusOr<std::string> text =
-      std::filesystem::is_directory(path, ec)
-          ? absl::NotFoundError("a directory")
-          : ReadFileToString(path);
+  absl::StatusOr<std::string> text = std::filesystem::is_directory(path, ec)
+                                         ? absl::NotFoundError("a directory")
+                                         : ReadFileToString(path);
   if (!text.ok()) {
     // Too big is the file's fault, worded by the reader; any other failure
     // is "cannot read".

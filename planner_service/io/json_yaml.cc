@@ -193,7 +193,8 @@ class JsonTreeBuilder {
       // column 2: "; the position is printed in our own form.
       absl::string_view w = e.what();
       if (size_t col = w.find("column "); col != absl::string_view::npos) {
-        if (size_t colon = w.find(": ", col); colon != absl::string_view::npos) {
+        if (size_t colon = w.find(": ", col);
+            colon != absl::string_view::npos) {
           w.remove_prefix(colon + 2);
         }
       }
@@ -213,8 +214,8 @@ class JsonTreeBuilder {
  private:
   bool Fail(std::string message) {
     const std::string path = PathOfStack(path_);
-    error_ = path.empty() ? std::move(message)
-                          : absl::StrCat(path, ": ", message);
+    error_ =
+        path.empty() ? std::move(message) : absl::StrCat(path, ": ", message);
     return false;
   }
 
@@ -439,7 +440,8 @@ class YamlTreeBuilder : public YAML::EventHandler {
       Fail(mark, e);
     }
     if (ExpectingKey()) {
-      if (!a.value.is_string()) Fail(mark, "mapping keys must be plain strings");
+      if (!a.value.is_string())
+        Fail(mark, "mapping keys must be plain strings");
       SetKey(mark, a.value.get<std::string>());
       return;
     }
@@ -466,7 +468,8 @@ class YamlTreeBuilder : public YAML::EventHandler {
   }
 
   void OnSequenceStart(const YAML::Mark& mark, const std::string&,
-                       YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
+                       YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
     Open(mark, Json::array(), anchor);
   }
   void OnSequenceEnd() override { Close(); }
@@ -497,10 +500,9 @@ class YamlTreeBuilder : public YAML::EventHandler {
 
   [[noreturn]] void Fail(const YAML::Mark& mark, absl::string_view message) {
     error_ = absl::InvalidArgumentError(
-        mark.is_null()
-            ? absl::StrCat(source_, ": ", message)
-            : absl::StrCat(source_, ":", mark.line + 1, ":", mark.column + 1,
-                           ": ", message));
+        mark.is_null() ? absl::StrCat(source_, ": ", message)
+                       : absl::StrCat(source_, ":", mark.line + 1, ":",
+                                      mark.column + 1, ": ", message));
     throw StopYaml{};
   }
 
@@ -577,7 +579,8 @@ class YamlTreeBuilder : public YAML::EventHandler {
     anchors_.erase(anchor);
     Json* placed = Place(std::move(container));
     // Place() consumed the parent's key; the container keeps its slot.
-    open_.push_back(OpenNode{placed, anchor, budget_.values() - 1, 0, false, ""});
+    open_.push_back(
+        OpenNode{placed, anchor, budget_.values() - 1, 0, false, ""});
   }
 
   void Close() {
@@ -818,9 +821,10 @@ absl::Status ObjectReader::AllowOnly(
     bool known = false;
     for (absl::string_view a : allowed) known = known || key == a;
     if (!known) {
-      return FieldError(source_, path_,
-                        absl::StrCat("unknown field ", QuoteForMessage(key), " (allowed: ",
-                                     absl::StrJoin(allowed, ", "), ")"));
+      return FieldError(
+          source_, path_,
+          absl::StrCat("unknown field ", QuoteForMessage(key),
+                       " (allowed: ", absl::StrJoin(allowed, ", "), ")"));
     }
   }
   return absl::OkStatus();

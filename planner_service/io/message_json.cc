@@ -86,11 +86,11 @@ class SchemaChecker {
       Json out = Json::object();
       for (const auto& [key, item] : v.items()) {
         // A key becomes part of the path; a long one is abbreviated.
-        absl::StatusOr<Json> checked = Single(
-            item, value_field,
-            JoinFieldPath(path, key.size() > kMaxQuotedBytes
-                                    ? QuoteForMessage(key)
-                                    : key));
+        absl::StatusOr<Json> checked =
+            Single(item, value_field,
+                   JoinFieldPath(path, key.size() > kMaxQuotedBytes
+                                           ? QuoteForMessage(key)
+                                           : key));
         if (!checked.ok()) return checked.status();
         out[key] = *std::move(checked);
       }
@@ -184,8 +184,7 @@ class SchemaChecker {
   // An integer in [min, max]: a JSON integer, or with `string_ok` a decimal
   // string (the mapping writes 64-bit integers as strings).
   absl::StatusOr<Json> Integer(const Json& v, const std::string& path,
-                               int64_t min, int64_t max,
-                               bool string_ok) const {
+                               int64_t min, int64_t max, bool string_ok) const {
     int64_t n = 0;
     bool ok = false;
     if (v.is_number_unsigned()) {

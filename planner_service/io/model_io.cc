@@ -298,8 +298,8 @@ absl::StatusOr<ModelSpec> ModelFromMessage(const v1::Model& e,
     ARACHNE_IO_RETURN_IF_ERROR(
         errors.IntInRange(field, value, 1, kMaxModelDimension));
   }
-  ARACHNE_IO_RETURN_IF_ERROR(errors.IntInRange(
-      "num_kv_heads", e.num_kv_heads(), 0, kMaxModelDimension));
+  ARACHNE_IO_RETURN_IF_ERROR(errors.IntInRange("num_kv_heads", e.num_kv_heads(),
+                                               0, kMaxModelDimension));
   ARACHNE_IO_RETURN_IF_ERROR(
       errors.IntInRange("head_dim", e.head_dim(), 0, kMaxModelDimension));
   ARACHNE_IO_RETURN_IF_ERROR(
@@ -341,20 +341,23 @@ absl::StatusOr<ModelSpec> ModelFromMessage(const v1::Model& e,
   if (e.has_moe()) {
     const v1::MoeSpec& moe = e.moe();
     const MessageErrors me = errors.Under("moe");
-    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange("num_experts", moe.num_experts(), 1, kMaxModelDimension));
-    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange("top_k", moe.top_k(), 1, kMaxModelDimension));
+    ARACHNE_IO_RETURN_IF_ERROR(
+        me.IntInRange("num_experts", moe.num_experts(), 1, kMaxModelDimension));
+    ARACHNE_IO_RETURN_IF_ERROR(
+        me.IntInRange("top_k", moe.top_k(), 1, kMaxModelDimension));
     if (moe.top_k() > moe.num_experts()) {
       return me.At("top_k", absl::StrCat("must be an integer <= ",
                                          moe.num_experts(), ", got ",
                                          moe.top_k()));
     }
-    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange("expert_ffn", moe.expert_ffn(), 1, kMaxModelDimension));
     ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntInRange("shared_experts", moe.shared_experts(), 0, kMaxModelDimension));
-    ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntInRange("shared_expert_ffn", moe.shared_expert_ffn(), 0, kMaxModelDimension));
-    ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntInRange("dense_first_layers", moe.dense_first_layers(), 0, kMaxModelDimension));
+        me.IntInRange("expert_ffn", moe.expert_ffn(), 1, kMaxModelDimension));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange(
+        "shared_experts", moe.shared_experts(), 0, kMaxModelDimension));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange(
+        "shared_expert_ffn", moe.shared_expert_ffn(), 0, kMaxModelDimension));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange(
+        "dense_first_layers", moe.dense_first_layers(), 0, kMaxModelDimension));
     m.moe.num_experts = moe.num_experts();
     m.moe.top_k = moe.top_k();
     m.moe.expert_ffn = moe.expert_ffn();
@@ -366,14 +369,16 @@ absl::StatusOr<ModelSpec> ModelFromMessage(const v1::Model& e,
     if (!e.has_mla()) return errors.At("mla", "required when attention is mla");
     const v1::MlaSpec& mla = e.mla();
     const MessageErrors me = errors.Under("mla");
-    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange("q_lora_rank", mla.q_lora_rank(), 0, kMaxModelDimension));
     ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntInRange("kv_lora_rank", mla.kv_lora_rank(), 1, kMaxModelDimension));
+        me.IntInRange("q_lora_rank", mla.q_lora_rank(), 0, kMaxModelDimension));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange("kv_lora_rank", mla.kv_lora_rank(),
+                                             1, kMaxModelDimension));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange(
+        "qk_nope_head_dim", mla.qk_nope_head_dim(), 0, kMaxModelDimension));
+    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange(
+        "qk_rope_head_dim", mla.qk_rope_head_dim(), 0, kMaxModelDimension));
     ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntInRange("qk_nope_head_dim", mla.qk_nope_head_dim(), 0, kMaxModelDimension));
-    ARACHNE_IO_RETURN_IF_ERROR(
-        me.IntInRange("qk_rope_head_dim", mla.qk_rope_head_dim(), 0, kMaxModelDimension));
-    ARACHNE_IO_RETURN_IF_ERROR(me.IntInRange("v_head_dim", mla.v_head_dim(), 1, kMaxModelDimension));
+        me.IntInRange("v_head_dim", mla.v_head_dim(), 1, kMaxModelDimension));
     m.mla.q_lora_rank = mla.q_lora_rank();
     m.mla.kv_lora_rank = mla.kv_lora_rank();
     m.mla.qk_nope_head_dim = mla.qk_nope_head_dim();

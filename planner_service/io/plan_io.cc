@@ -90,14 +90,14 @@ absl::StatusOr<StagePlacement> PlacementFromMessage(
   StagePlacement p;
   auto it = node_by_name.find(m.node());
   if (it == node_by_name.end()) {
-    return errors.At("node", absl::StrCat("unknown node ",
-                                          QuoteForMessage(m.node()),
-                                          " (not in the cluster)"));
+    return errors.At("node",
+                     absl::StrCat("unknown node ", QuoteForMessage(m.node()),
+                                  " (not in the cluster)"));
   }
   if (m.gpus_size() > kMaxGpusPerNode) {
-    return errors.At("gpus", absl::StrCat("must list at most ", kMaxGpusPerNode,
-                                          " GPUs (one node's), got ",
-                                          m.gpus_size()));
+    return errors.At("gpus",
+                     absl::StrCat("must list at most ", kMaxGpusPerNode,
+                                  " GPUs (one node's), got ", m.gpus_size()));
   }
   p.node = it->second;
   for (int i = 0; i < m.gpus_size(); ++i) {
@@ -166,9 +166,9 @@ absl::StatusOr<Template> TemplateFromMessage(
   // refused in time proportional to its size, not to what it would expand
   // to (a template's placement has replicas x stages entries).
   if (m.stages_size() > kMaxPlanStages) {
-    return errors.At("stages", absl::StrCat("must have at most ",
-                                            kMaxPlanStages, " stages, got ",
-                                            m.stages_size()));
+    return errors.At("stages",
+                     absl::StrCat("must have at most ", kMaxPlanStages,
+                                  " stages, got ", m.stages_size()));
   }
   if (t.replicas > kMaxPlanReplicas) {
     return errors.At("replicas",

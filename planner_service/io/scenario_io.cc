@@ -197,8 +197,7 @@ absl::StatusOr<Scenario> ParseScenario(absl::string_view text,
       return FieldError(
           source, JoinFieldPath(path, "label"),
           absl::StrCat("duplicate label ", QuoteForMessage(c.label),
-                       " (also compositions[",
-                       it->second, "])"));
+                       " (also compositions[", it->second, "])"));
     }
     s.compositions.push_back(std::move(c));
   }

@@ -98,8 +98,7 @@ TEST(ReaderLimitsTest, NestingLimitIsExactly64Levels) {
   absl::StrAppend(&yaml, std::string(2 * kMaxNestingDepth, ' '), "k: 1\n");
   j = ParseJsonOrYaml(yaml, "a.yaml");
   ASSERT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(j.status().message()),
-              HasSubstr("a.yaml:64:"));
+  EXPECT_THAT(std::string(j.status().message()), HasSubstr("a.yaml:64:"));
   EXPECT_THAT(std::string(j.status().message()),
               HasSubstr("nested deeper than the limit of 64 levels"));
 }
@@ -111,8 +110,7 @@ TEST(ReaderLimitsTest, JsonNumberOverflowIsAnErrorWithItsPosition) {
   absl::StatusOr<Cluster> c = ParseCluster(
       R"({"inter_node_gbps": 1e999, "nodes": []})", "cluster.json", Catalog());
   ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(c.status().message()),
-              HasSubstr("cluster.json:1:"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("cluster.json:1:"));
   EXPECT_THAT(std::string(c.status().message()),
               HasSubstr("number \"1e999\" is out of the range of a double"));
 
@@ -135,16 +133,16 @@ TEST(ReaderLimitsTest, JsonNumberOverflowIsAnErrorWithItsPosition) {
 // --- Item 4: YAML floats out of range or subnormal, also in a config file.
 
 TEST(ReaderLimitsTest, YamlFloatOutOfRangeIsAnError) {
-  absl::StatusOr<Cluster> c = ParseCluster(
-      absl::StrCat("inter_node_gbps: 1e999\n", kSmallCluster), "cluster.yaml",
-      Catalog());
+  absl::StatusOr<Cluster> c =
+      ParseCluster(absl::StrCat("inter_node_gbps: 1e999\n", kSmallCluster),
+                   "cluster.yaml", Catalog());
   ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(c.status().message()),
               HasSubstr("cluster.yaml:1:18: number \"1e999\" is out of the "
                         "range of a double"));
   // A decimal integer beyond any double too.
-  absl::StatusOr<Json> j =
-      ParseJsonOrYaml(absl::StrCat("n: ", std::string(400, '9'), "\n"), "a.yaml");
+  absl::StatusOr<Json> j = ParseJsonOrYaml(
+      absl::StrCat("n: ", std::string(400, '9'), "\n"), "a.yaml");
   ASSERT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(j.status().message()),
               HasSubstr("is out of the range of a double"));
@@ -182,14 +180,14 @@ TEST(ReaderLimitsTest, InvalidUtf8IsAnErrorWithItsPosition) {
               HasSubstr("a.yaml:2:3: a key is not valid UTF-8 (byte 0xFF at "
                         "offset 1)"));
   // Overlong forms and surrogates are not UTF-8 either.
-  for (absl::string_view bad : {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
-                                "\xe2\x82"}) {
+  for (absl::string_view bad :
+       {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82"}) {
     j = ParseJsonOrYaml(absl::StrCat("s: a", bad, "\n"), "a.yaml");
     EXPECT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
-  EXPECT_TRUE(ParseJsonOrYaml("s: \"H100 \xe2\x80\x94 \xf0\x9f\x9a\x80\"\n",
-                              "a.yaml")
-                  .ok());
+  EXPECT_TRUE(
+      ParseJsonOrYaml("s: \"H100 \xe2\x80\x94 \xf0\x9f\x9a\x80\"\n", "a.yaml")
+          .ok());
 }
 
 // --- Item 6: a YAML "billion laughs" alias file.
@@ -249,15 +247,16 @@ TEST(ReaderLimitsTest, InputTextLongerThanTheLimitIsRefused) {
 // --- Item 15: YAML .nan / .inf, and hf_config_json errors with positions.
 
 TEST(ReaderLimitsTest, NonFiniteYamlFloatsAreNamedNotNull) {
-  absl::StatusOr<Cluster> c = ParseCluster(
-      absl::StrCat("inter_node_gbps: .nan\n", kSmallCluster), "cluster.yaml",
-      Catalog());
+  absl::StatusOr<Cluster> c =
+      ParseCluster(absl::StrCat("inter_node_gbps: .nan\n", kSmallCluster),
+                   "cluster.yaml", Catalog());
   EXPECT_EQ(c.status().message(),
             "cluster.yaml: inter_node_gbps: must be a finite number, got .nan");
   c = ParseCluster(absl::StrCat("inter_node_gbps: -.inf\n", kSmallCluster),
                    "cluster.yaml", Catalog());
-  EXPECT_EQ(c.status().message(),
-            "cluster.yaml: inter_node_gbps: must be a finite number, got -.inf");
+  EXPECT_EQ(
+      c.status().message(),
+      "cluster.yaml: inter_node_gbps: must be a finite number, got -.inf");
 }
 
 TEST(ReaderLimitsTest, HfConfigTextErrorsHaveAPosition) {
@@ -285,7 +284,8 @@ TEST(ReaderLimitsTest, LongValuesAreQuotedAbbreviated) {
   v1::Node* node = message.add_nodes();
   node->set_gpu(name);
   node->set_gpus(4);
-  absl::StatusOr<Cluster> c = ClusterFromMessage(message, Catalog(), "", "cluster");
+  absl::StatusOr<Cluster> c =
+      ClusterFromMessage(message, Catalog(), "", "cluster");
   ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string error(c.status().message());
   EXPECT_LT(error.size(), 1000u);
@@ -299,16 +299,17 @@ TEST(ReaderLimitsTest, LongValuesAreQuotedAbbreviated) {
 }
 
 TEST(ReaderLimitsTest, StringsLongerThanTheLimitAreRefused) {
-  const std::string yaml =
-      absl::StrCat("nodes: [{name: n, gpu: ", std::string(kMaxStringBytes + 1, 'A'),
-                   ", gpus: 4}]\n");
+  const std::string yaml = absl::StrCat(
+      "nodes: [{name: n, gpu: ", std::string(kMaxStringBytes + 1, 'A'),
+      ", gpus: 4}]\n");
   absl::StatusOr<Cluster> c = ParseCluster(yaml, "cluster.yaml", Catalog());
   ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(c.status().message()),
               HasSubstr("cluster.yaml:1:24: a string of 1048577 bytes is "
                         "longer than the limit of 1048576 bytes"));
-  const std::string json = absl::StrCat(
-      R"({"nodes": [{"name": ")", std::string(kMaxStringBytes + 1, 'n'), "\"}]}");
+  const std::string json =
+      absl::StrCat(R"({"nodes": [{"name": ")",
+                   std::string(kMaxStringBytes + 1, 'n'), "\"}]}");
   c = ParseCluster(json, "cluster.json", Catalog());
   EXPECT_THAT(std::string(c.status().message()),
               HasSubstr("cluster.json: nodes[0].name: a string of 1048577 "
@@ -318,8 +319,9 @@ TEST(ReaderLimitsTest, StringsLongerThanTheLimitAreRefused) {
 // --- Item 18: a quoted integer where the format wants an integer.
 
 TEST(ReaderLimitsTest, QuotedInt32IsAnError) {
-  absl::StatusOr<Cluster> c = ParseCluster(
-      "nodes: [{name: n, gpu: H100, gpus: \"4\"}]\n", "cluster.yaml", Catalog());
+  absl::StatusOr<Cluster> c =
+      ParseCluster("nodes: [{name: n, gpu: H100, gpus: \"4\"}]\n",
+                   "cluster.yaml", Catalog());
   EXPECT_EQ(c.status().message(),
             "cluster.yaml: nodes[0].gpus: must be an integer (without quotes), "
             "got \"4\"");
@@ -370,7 +372,8 @@ TEST(ReaderLimitsTest, InfiniteBandwidthFromARequestIsRefused) {
   v1::Node* node = message.add_nodes();
   node->set_gpu("H100");
   node->set_gpus(4);
-  absl::StatusOr<Cluster> c = ClusterFromMessage(message, Catalog(), "", "cluster");
+  absl::StatusOr<Cluster> c =
+      ClusterFromMessage(message, Catalog(), "", "cluster");
   EXPECT_EQ(c.status().message(),
             "cluster.inter_node_gbps: must be a finite number > 0, got inf");
 }
