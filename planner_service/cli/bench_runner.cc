@@ -805,10 +805,14 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
       }
       run.stats = std::move(result->stats);
     } else {
-      run.status =
-          result.status().code() == absl::StatusCode::kFailedPrecondition
-              ? RunStatus::kNoPlan
-              : RunStatus::kError;
+      // No plan is a result, not a bug, whether nothing fits or the run's
+      // budget or evaluation limit stopped it first.
+      const absl::StatusCode code = result.status().code();
+      run.status = code == absl::StatusCode::kFailedPrecondition ||
+                           code == absl::StatusCode::kDeadlineExceeded ||
+                           code == absl::StatusCode::kResourceExhausted
+                       ? RunStatus::kNoPlan
+                       : RunStatus::kError;
       run.message = std::string(result.status().message());
     }
     std::lock_guard<std::mutex> lock(log_mu);

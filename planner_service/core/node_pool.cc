@@ -54,8 +54,9 @@ absl::Status NodePool::Take(const Plan& plan) {
       const StagePlacement& p = tmpl.placement[i];
       // Built only for an error.
       auto where = [&] {
+        // The path of plan files and docs/api.md: placement[r].stages[s].
         return absl::StrCat("templates[", t, "].placement[", i / tmpl.depth(),
-                            "][", i % tmpl.depth(), "]");
+                            "].stages[", i % tmpl.depth(), "]");
       };
       if (p.node < 0 || p.node >= cluster_->num_nodes()) {
         return absl::InvalidArgumentError(

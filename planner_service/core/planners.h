@@ -37,6 +37,11 @@ absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name);
 // what the type offers.
 std::string ExplainNoFit(const CostModel& cost_model);
 
+// False when on every GPU type of the cluster even one layer at the largest
+// TP degree and micro-batch 1 exceeds the usable memory (or has no
+// profile): then no plan can fit, however long a search runs.
+bool SomeLayerFits(const CostModel& cost_model);
+
 }  // namespace arachne
 
 #endif  // ARACHNE_PLANNER_SERVICE_CORE_PLANNERS_H_

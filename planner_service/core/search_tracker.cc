@@ -85,12 +85,14 @@ bool SearchTracker::OutOfBudget() {
   if (options_.max_evaluations > 0 &&
       evaluations_ >= options_.max_evaluations) {
     stopped_ = true;
+    stop_reason_ = StopReason::kEvaluations;
   } else if (options_.cancelled != nullptr &&
              options_.cancelled->load(std::memory_order_relaxed)) {
     stopped_ = true;
     cancelled_ = true;
   } else if (clock_.Now() >= deadline_) {
     stopped_ = true;
+    stop_reason_ = StopReason::kBudget;
   }
   return stopped_;
 }
@@ -157,6 +159,24 @@ absl::StatusOr<PlanResult> SearchTracker::Finish(const std::string& name,
     return absl::CancelledError(
         absl::StrCat(name, ": cancelled after ", evaluations_,
                      " plan evaluations, before any plan was found"));
+  }
+  // Stopped by a limit: unless not even one layer fits anywhere, that a
+  // plan exists is still open, and "no plan fits" (with, often, one layer
+  // shown to fit) would be wrong.
+  const bool stopped_by_limit =
+      !found() && stop_reason_ != StopReason::kNone && SomeLayerFits(cm_);
+  if (stopped_by_limit && stop_reason_ == StopReason::kEvaluations) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        name, ": the search was stopped before any plan was found, by the "
+        "evaluation limit (max_evaluations ", options_.max_evaluations,
+        ", reached after ", evaluations_,
+        " plan evaluations); raise it or give 0 for no limit"));
+  }
+  if (stopped_by_limit && stop_reason_ == StopReason::kBudget) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        name, ": the search was stopped before any plan was found, by its "
+        "time budget (", absl::FormatDuration(options_.budget), ", after ",
+        evaluations_, " plan evaluations); give it a larger budget"));
   }
   if (!found()) {
     const std::string why = ExplainNoFit(cm_);

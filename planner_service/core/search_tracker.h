@@ -80,9 +80,13 @@ class SearchTracker {
   double elapsed_s() const;
 
   // The result of planner `name`: the incumbent validated (Internal when a
-  // planner built an invalid plan: a bug) and predicted, with statistics;
-  // FailedPrecondition saying why when nothing fits or the objective cannot
-  // be used on this cluster.
+  // planner built an invalid plan: a bug) and predicted, with statistics.
+  // Without a plan: ResourceExhausted when the evaluation limit stopped the
+  // search, DeadlineExceeded when the budget did, Cancelled on
+  // options.cancelled (each says the search was stopped before any plan was
+  // found: more budget may find one); FailedPrecondition saying why when the
+  // search ended without a plan (nothing fits) or the objective cannot be
+  // used on this cluster.
   absl::StatusOr<PlanResult> Finish(const std::string& name,
                                     bool exhaustive) const;
 
@@ -99,6 +103,9 @@ class SearchTracker {
   absl::Status objective_status_;
   int64_t evaluations_ = 0, templates_tried_ = 0;
   bool stopped_ = false, cancelled_ = false;
+  // What stopped the search (OutOfBudget), for Finish's message.
+  enum class StopReason { kNone, kEvaluations, kBudget };
+  StopReason stop_reason_ = StopReason::kNone;
   std::string last_failure_;
   std::vector<ProgressPoint> progress_;
 };
