@@ -139,8 +139,8 @@ class PlannerHandler {
   // ("cluster.nodes[2].gpu: unknown GPU type \"X\" ..."), FailedPrecondition
   // saying why when the model fits on no plan (or, for the USD_PER_TOKEN
   // objective, when a GPU type of the cluster has no price),
-  // DeadlineExceeded when the deadline or a cancellation came before any
-  // plan was found.
+  // DeadlineExceeded when the budget, the deadline or a cancellation came
+  // before any plan was found, ResourceExhausted when max_evaluations did.
   virtual absl::StatusOr<PlanAnswer> Plan(const PlanQuery& query) = 0;
 
   // Prediction of the query's plan. InvalidArgument naming the field for a
@@ -157,6 +157,23 @@ class PlannerHandler {
   // fit the new cluster, or that no migration exists, is an answer
   // (`current.reason`, `migration.reason`), not an error.
   virtual absl::StatusOr<ReplanAnswer> Replan(const ReplanQuery& query) = 0;
+
+  // The checks of Plan, Evaluate and Replan that need no search and no
+  // planning context: the options, the training settings, a catalog model's
+  // name, the clusters. Cheap (microseconds for any request that fits in a
+  // message), so the service makes them before it admits a call to its
+  // queue: an invalid request never waits for, nor takes, a slot of valid
+  // work. The methods above make them again; errors are theirs. OK by
+  // default (a handler without cheap checks).
+  virtual absl::Status CheckPlan(const PlanQuery& /*query*/) const {
+    return absl::OkStatus();
+  }
+  virtual absl::Status CheckEvaluate(const EvaluateQuery& /*query*/) const {
+    return absl::OkStatus();
+  }
+  virtual absl::Status CheckReplan(const ReplanQuery& /*query*/) const {
+    return absl::OkStatus();
+  }
 
   virtual absl::StatusOr<std::vector<ModelSpec>> ListModels() = 0;
   virtual absl::StatusOr<std::vector<GpuType>> ListGpuTypes() = 0;

@@ -15,6 +15,7 @@
 #include "planner_service/core/plan_validation.h"
 #include "planner_service/core/planner.h"
 #include "planner_service/core/planners.h"
+#include "planner_service/core/planning_options.h"
 #include "planner_service/io/cluster_io.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
@@ -29,18 +30,50 @@ absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
   return absl::Status(s.code(), absl::StrCat(prefix, ": ", s.message()));
 }
 
-constexpr int kMaxDepthLimit = 64;
-// Bounds on what one request may describe, so that no request can make the
-// planner allocate without limit (the largest real nodes hold 8-72 GPUs).
-constexpr int kMaxTemplatesLimit = 16;
-// Each rollout is one plan built and priced; the latency budget bounds the
-// time, this the request's size.
-constexpr int kMaxPolicyRollouts = 1 << 20;
 // Time kept back from the caller's deadline to serialize and send the answer.
 constexpr absl::Duration kDeadlineReserve = absl::Milliseconds(20);
 // Share of the time to a Replan's deadline its search may use; the rest is
 // for re-pricing the current plan and the migration estimate.
 constexpr double kReplanSearchShare = 0.75;
+
+// A plan's counts against what the model and cluster allow, before the plan
+// is read: a stage holds at least one layer and a replica's stage at least
+// one GPU, so a template with more stages than the model has layers, or
+// more stage placements than the cluster has GPUs, is refused in time
+// proportional to the number of templates, not to what it lists.
+absl::Status CheckPlanCounts(const nlohmann::json& plan, const ModelSpec& model,
+                             const Cluster& cluster, absl::string_view field) {
+  if (!plan.is_object() || !plan.contains("templates") ||
+      !plan["templates"].is_array()) {
+    return absl::OkStatus();  // the plan reader says what is wrong
+  }
+  const nlohmann::json& templates = plan["templates"];
+  for (size_t t = 0; t < templates.size(); ++t) {
+    const nlohmann::json& tmpl = templates[t];
+    if (!tmpl.is_object()) continue;
+    const std::string where = absl::StrCat(field, ": templates[", t, "]");
+    size_t stages = 0;
+    if (tmpl.contains("stages") && tmpl["stages"].is_array()) {
+      stages = tmpl["stages"].size();
+      if (stages > static_cast<size_t>(model.num_layers)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ".stages: ", stages, " stages for a model of ",
+            model.num_layers, " layers (a stage holds at least one)"));
+      }
+    }
+    if (tmpl.contains("placement") && tmpl["placement"].is_array()) {
+      const size_t rows = tmpl["placement"].size();
+      if (rows * std::max<size_t>(stages, 1) >
+          static_cast<size_t>(cluster.total_gpus())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ".placement: ", rows, " replicas of ", stages,
+            " stages need more GPUs than the cluster's ",
+            cluster.total_gpus()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -113,6 +146,10 @@ absl::StatusOr<std::unique_ptr<PlannerHandlerImpl>> PlannerHandlerImpl::Create(
                      absl::FormatDuration(config.default_budget), ") <= max (",
                      absl::FormatDuration(config.max_budget), ")"));
   }
+  if (absl::Status s = CheckProfilesDir(config.profiles_dir, "profiles_dir");
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(config.profiles_dir);
   if (!catalog.ok()) return catalog.status();
   absl::StatusOr<std::vector<ModelSpec>> models =
@@ -134,44 +171,53 @@ absl::StatusOr<ModelSpec> PlannerHandlerImpl::ResolveModel(
 }
 
 absl::Status PlannerHandlerImpl::CheckPlanOptions(const PlanQuery& q) {
-  const std::string planner_name = q.planner.empty() ? "exact" : q.planner;
-  absl::StatusOr<std::unique_ptr<Planner>> planner = MakePlanner(planner_name);
-  if (!planner.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.planner: ", planner.status().message()));
-  }
-  if (q.budget_s < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options.budget_s: must be > 0 (or 0 for the default), got ",
-        q.budget_s));
-  }
-  if (q.max_evaluations < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options.max_evaluations: must be >= 0, got ", q.max_evaluations));
-  }
-  if (q.max_depth < 0 || q.max_depth > kMaxDepthLimit) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.max_depth: must be in 1..", kMaxDepthLimit,
-                     " (or 0 for the default), got ", q.max_depth));
-  }
-  if (q.max_templates < 0 || q.max_templates > kMaxTemplatesLimit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options.max_templates: must be in 1..", kMaxTemplatesLimit,
-        " (or 0 for the default), got ", q.max_templates));
-  }
-  if (q.policy_rollouts != -1) {
-    if (q.policy_rollouts < 0 || q.policy_rollouts > kMaxPolicyRollouts) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "options.policy_rollouts: must be in 0..", kMaxPolicyRollouts,
-          ", got ", q.policy_rollouts));
-    }
-    if (planner_name != "learned") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "options.policy_rollouts: only for planner \"learned\", not \"",
-          planner_name, "\""));
+  PlanningOptionsInput o;
+  o.planner = q.planner;
+  o.budget_s = q.budget_s;
+  o.max_evaluations = q.max_evaluations;
+  o.max_depth = q.max_depth;
+  o.max_templates = q.max_templates;
+  o.objective = static_cast<int64_t>(q.objective);
+  // -1 is PlanQuery's "not given"; the RPC glue checks the message itself
+  // first (PlannerOptionsInputFromProto), where an explicit -1 is caught.
+  if (q.policy_rollouts != -1) o.policy_rollouts = q.policy_rollouts;
+  return ValidatePlanningOptions(o, kRequestOptionNames);
+}
+
+absl::Status PlannerHandlerImpl::CheckModelTrainingOptions(
+    const PlanQuery& q) const {
+  if (absl::Status s = CheckPlanOptions(q); !s.ok()) return s;
+  if (q.model.hf_config_json.empty()) {
+    if (absl::StatusOr<ModelSpec> m = ResolveModel(q.model); !m.ok()) {
+      return m.status();
     }
   }
-  return absl::OkStatus();
+  return ResolveTraining(q.training).status();
+}
+
+absl::Status PlannerHandlerImpl::CheckPlan(const PlanQuery& q) const {
+  if (absl::Status s = CheckModelTrainingOptions(q); !s.ok()) return s;
+  return ResolveCluster(q.cluster, "cluster").status();
+}
+
+absl::Status PlannerHandlerImpl::CheckEvaluate(const EvaluateQuery& q) const {
+  if (q.model.hf_config_json.empty()) {
+    if (absl::StatusOr<ModelSpec> m = ResolveModel(q.model); !m.ok()) {
+      return m.status();
+    }
+  }
+  if (absl::Status s = ResolveTraining(q.training).status(); !s.ok()) return s;
+  return ResolveCluster(q.cluster, "cluster").status();
+}
+
+absl::Status PlannerHandlerImpl::CheckReplan(const ReplanQuery& q) const {
+  if (absl::Status s = CheckModelTrainingOptions(q.plan); !s.ok()) return s;
+  if (absl::Status s =
+          ResolveCluster(q.current_cluster, "current_cluster").status();
+      !s.ok()) {
+    return s;
+  }
+  return ResolveCluster(q.plan.cluster, "new_cluster").status();
 }
 
 absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
@@ -270,6 +316,10 @@ absl::StatusOr<EvaluateAnswer> PlannerHandlerImpl::Evaluate(
       PlanningContext::Create(catalog_, *model, *training, *cluster,
                               config_.profiles_dir);
   if (!ctx.ok()) return ctx.status();
+  if (absl::Status s = CheckPlanCounts(q.plan, *model, *cluster, "plan");
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<arachne::Plan> plan =
       PlanFromJson(q.plan, (*ctx)->cluster(), (*ctx)->catalog(), "plan");
   if (!plan.ok()) return plan.status();
@@ -347,6 +397,11 @@ absl::StatusOr<ReplanAnswer> PlannerHandlerImpl::Replan(const ReplanQuery& q) {
   absl::StatusOr<Cluster> new_cluster =
       ResolveCluster(q.plan.cluster, "new_cluster");
   if (!new_cluster.ok()) return new_cluster.status();
+  if (absl::Status s = CheckPlanCounts(q.current_plan, *model,
+                                       *current_cluster, "current_plan");
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<arachne::Plan> current_plan =
       PlanFromJson(q.current_plan, *current_cluster, catalog_, "current_plan");
   if (!current_plan.ok()) return current_plan.status();

@@ -36,6 +36,11 @@ class PlannerHandlerImpl : public PlannerHandler {
   absl::StatusOr<PlanAnswer> Plan(const PlanQuery& query) override;
   absl::StatusOr<EvaluateAnswer> Evaluate(const EvaluateQuery& query) override;
   absl::StatusOr<ReplanAnswer> Replan(const ReplanQuery& query) override;
+  // A model given as hf_config_json is parsed in Plan / Evaluate / Replan
+  // only: its size is the request's, not a cheap check.
+  absl::Status CheckPlan(const PlanQuery& query) const override;
+  absl::Status CheckEvaluate(const EvaluateQuery& query) const override;
+  absl::Status CheckReplan(const ReplanQuery& query) const override;
   absl::StatusOr<std::vector<ModelSpec>> ListModels() override;
   absl::StatusOr<std::vector<GpuType>> ListGpuTypes() override;
 
@@ -46,8 +51,12 @@ class PlannerHandlerImpl : public PlannerHandler {
         catalog_(std::move(catalog)),
         models_(std::move(models)) {}
 
-  // InvalidArgument / Unimplemented naming the options field.
+  // ValidatePlanningOptions (planning_options.h) of q's options, naming the
+  // request fields (options.max_depth, ...).
   static absl::Status CheckPlanOptions(const PlanQuery& q);
+  // The model, training and options checks shared by CheckPlan and
+  // CheckReplan; the cluster is the caller's.
+  absl::Status CheckModelTrainingOptions(const PlanQuery& q) const;
   // Runs q's planner on `ctx` under q's budget, deadline and cancellation;
   // `start` is when the call began (for planning_time_s). Also returns the
   // plan in `plan` when not null.

@@ -35,6 +35,18 @@ TrainingSpec TrainingFromProto(const v1::TrainingConfig& t) {
           t.distributed_optimizer()};
 }
 
+PlanningOptionsInput PlanningOptionsFromProto(const v1::PlannerOptions& o) {
+  PlanningOptionsInput in;
+  in.planner = o.planner();
+  in.budget_s = o.budget_s();
+  in.max_evaluations = o.max_evaluations();
+  in.max_depth = o.max_depth();
+  in.max_templates = o.max_templates();
+  in.objective = o.objective();
+  if (o.has_policy_rollouts()) in.policy_rollouts = o.policy_rollouts();
+  return in;
+}
+
 absl::Status PlanJsonToProto(const nlohmann::json& cli, v1::Plan* plan,
                              v1::Prediction* prediction) {
   v1::PlanDocument document;

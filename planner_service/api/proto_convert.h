@@ -11,12 +11,16 @@
 #include "nlohmann/json.hpp"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
+#include "planner_service/core/planning_options.h"
 #include "planner_service/api/planner_handler.h"
 
 namespace arachne {
 
 ModelRef ModelRefFromProto(const v1::ModelRef& model);
 TrainingSpec TrainingFromProto(const v1::TrainingConfig& training);
+// The options exactly as the message gives them (the objective's raw enum
+// value, policy_rollouts only when present), for ValidatePlanningOptions.
+PlanningOptionsInput PlanningOptionsFromProto(const v1::PlannerOptions& o);
 
 // A plan file tree (PlanDocument's mapping, as the handler answers) as a
 // Plan message; with `prediction`, also its top-level prediction fields and

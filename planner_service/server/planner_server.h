@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/generic/async_generic_service.h"
@@ -35,11 +36,28 @@ struct PlannerServerConfig {
   PlannerServiceConfig service;
 };
 
+// OK for an address the server can listen on: HOST:PORT, where HOST is a
+// name, an IPv4 address or a bracketed IPv6 address ("[::]") and PORT a
+// number in 0..65535 (0 picks a free port), or unix:PATH (a socket in a
+// folder that exists) or unix-abstract:NAME. InvalidArgument saying what
+// is wrong with `address` otherwise (no field name: callers add theirs).
+// gRPC itself reads "127.0.0.1:99999" as some other port and "127.0.0.1:"
+// as port 443, hence the check before it sees the address.
+absl::Status CheckListenAddress(absl::string_view address);
+
+// OK when the private key in `key_file` belongs to the first certificate of
+// `cert_file` (both PEM); InvalidArgument "tls_key: ..." naming both files
+// otherwise. gRPC would only fail to create the listener, saying nothing.
+absl::Status CheckTlsKeyMatchesCertificate(const std::string& cert_file,
+                                           const std::string& key_file);
+
 class PlannerServer {
  public:
-  // Binds and starts serving; health reports SERVING. Unavailable when an
-  // address cannot be bound (naming listen or health_listen), InvalidArgument for a bad config (naming the
-  // field), NotFound for a TLS file that cannot be read (naming the file).
+  // Binds and starts serving; health reports SERVING. InvalidArgument for a
+  // bad config or address (naming the field: listen, health_listen,
+  // tls_key), NotFound for a TLS file that cannot be read (naming the
+  // file), Unavailable when a well-formed address cannot be bound (in use,
+  // not this machine's), naming listen or health_listen.
   static absl::StatusOr<std::unique_ptr<PlannerServer>> Start(
       PlannerHandler* handler, const PlannerServerConfig& config);
   // Shuts down (with no grace) if Shutdown was not called.

@@ -9,7 +9,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "glog/logging.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "planner_service/api/proto_convert.h"
+#include "planner_service/core/planning_options.h"
 #include "rpc/credentials.h"
 
 namespace arachne {
@@ -124,37 +126,79 @@ std::string RpcMetrics::Summary() const {
 
 // ---- Calls ----
 
-// One call's reactor: records cancellation for the planner, and on Finish
-// the metrics and the log line with the request id.
+// One call's reactor: its stop flag for the planner (set when gRPC cancels
+// the call or the shutdown cuts it), and on Answer the response bytes, the
+// metrics and the log line with the request id.
 class PlannerService::Call : public grpc::ServerUnaryReactor {
  public:
   Call(PlannerService* service, grpc::CallbackServerContext* context,
-       const char* method, std::string request_id)
+       const char* method, std::string request_id,
+       grpc::ByteBuffer* raw_response)
       : service_(service),
         context_(context),
         method_(method),
         request_id_(std::move(request_id)),
+        raw_response_(raw_response),
         deadline_(DeadlineOf(*context)) {}
 
-  void OnCancel() override { cancelled_.store(true); }
+  // The client went away, its deadline passed, or the server shut down
+  // past the grace period: whatever this call answers is not delivered.
+  void OnCancel() override {
+    grpc_cancelled_.store(true);
+    stop_.store(true);
+  }
   void OnDone() override { delete this; }
 
-  void Answer(const absl::Status& status) {
+  // The shutdown's grace period ended with this call still admitted.
+  void Cut() {
+    cut_.store(true);
+    stop_.store(true);
+  }
+
+  // Finishes the call with `status`, and when it is OK with `response`
+  // (null: an empty answer) as the answer's bytes.
+  void Answer(absl::Status status, const google::protobuf::Message* response) {
+    if (status.ok() && response != nullptr) {
+      std::string bytes;
+      if (!response->SerializeToString(&bytes)) {
+        status = absl::InternalError(absl::StrCat(
+            "cannot serialize the ", response->GetTypeName(), " answer"));
+      } else {
+        grpc::Slice slice(bytes);
+        *raw_response_ = grpc::ByteBuffer(&slice, 1);
+      }
+    }
     const grpc::Status g = ToGrpcStatus(status);
     const absl::Duration latency = absl::Now() - start_;
-    service_->metrics_.Record(method_, g.error_code(), latency);
-    if (status.ok()) {
-      LOG(INFO) << "[" << request_id_ << "] " << method_ << " OK in "
-                << absl::FormatDuration(latency);
+    if (grpc_cancelled_.load()) {
+      // Counted as the client saw it: the answer computed here never left.
+      service_->metrics_.Record(method_, grpc::StatusCode::CANCELLED, latency);
+      LOG(WARNING) << "[" << request_id_ << "] " << method_ << " cut after "
+                   << absl::FormatDuration(latency)
+                   << ": the call was cancelled (the client went away, its "
+                      "deadline passed or the server shut down) before its "
+                      "answer ("
+                   << CodeName(g.error_code()) << ") was sent";
     } else {
-      LOG(WARNING) << "[" << request_id_ << "] " << method_ << " "
-                   << CodeName(g.error_code()) << " in "
-                   << absl::FormatDuration(latency) << ": " << status.message();
+      service_->metrics_.Record(method_, g.error_code(), latency);
+      const char* cut = cut_.load() ? " (cut by the shutdown)" : "";
+      if (status.ok()) {
+        LOG(INFO) << "[" << request_id_ << "] " << method_ << " OK in "
+                  << absl::FormatDuration(latency) << cut;
+      } else {
+        LOG(WARNING) << "[" << request_id_ << "] " << method_ << " "
+                     << CodeName(g.error_code()) << " in "
+                     << absl::FormatDuration(latency) << cut << ": "
+                     << status.message();
+      }
     }
+    service_->Forget(this);
     Finish(g);  // last touch: the reactor may be deleted after this
   }
 
-  const std::atomic<bool>* cancelled() const { return &cancelled_; }
+  const std::atomic<bool>* stop() const { return &stop_; }
+  bool stopped() const { return stop_.load(); }
+  bool cut() const { return cut_.load(); }
   absl::Time deadline() const { return deadline_; }
   const std::string& request_id() const { return request_id_; }
   grpc::CallbackServerContext* context() const { return context_; }
@@ -164,9 +208,10 @@ class PlannerService::Call : public grpc::ServerUnaryReactor {
   grpc::CallbackServerContext* const context_;
   const std::string method_;
   const std::string request_id_;
+  grpc::ByteBuffer* const raw_response_;
   const absl::Time deadline_;
   const absl::Time start_ = absl::Now();
-  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> stop_{false}, grpc_cancelled_{false}, cut_{false};
 };
 
 PlannerService::PlannerService(PlannerHandler* handler,
@@ -188,11 +233,66 @@ bool PlannerService::TryAdmit() {
 
 void PlannerService::Release() { in_flight_.fetch_sub(1); }
 
+void PlannerService::Forget(Call* call) {
+  absl::MutexLock lock(&calls_mu_);
+  admitted_.erase(call);
+}
+
+void PlannerService::BeginDrain() { draining_.store(true); }
+
+bool PlannerService::WaitIdle(absl::Time deadline) {
+  absl::MutexLock lock(&calls_mu_);
+  return calls_mu_.AwaitWithDeadline(
+      absl::Condition(
+          +[](absl::flat_hash_set<Call*>* calls) { return calls->empty(); },
+          &admitted_),
+      deadline);
+}
+
+void PlannerService::CutAdmitted() {
+  absl::MutexLock lock(&calls_mu_);
+  LOG(WARNING) << "grace period over: cutting " << admitted_.size()
+               << " calls (queued ones answer UNAVAILABLE, running searches "
+                  "answer with their best plan so far)";
+  for (Call* call : admitted_) call->Cut();
+}
+
+namespace {
+
+// The request's bytes as `message`; InvalidArgument naming the message type
+// when they are not one (garbage, truncated, a string that is not UTF-8:
+// proto3 strings must be).
+absl::Status ParseRequest(const grpc::ByteBuffer& raw,
+                          google::protobuf::Message* message) {
+  grpc::ByteBuffer copy(raw);  // the reader consumes it; slices are shared
+  grpc::ProtoBufferReader reader(&copy);
+  if (!message->ParseFromZeroCopyStream(&reader)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request: not a valid ", message->GetTypeName(),
+        " (truncated or garbled bytes, or a string field that is not "
+        "UTF-8)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 PlannerService::Call* PlannerService::Begin(
-    grpc::CallbackServerContext* context, const char* method) {
+    grpc::CallbackServerContext* context, const char* method,
+    const grpc::ByteBuffer* raw_request, google::protobuf::Message* request,
+    grpc::ByteBuffer* raw_response, absl::Status* ready) {
   std::string id = absl::StrCat("req-", next_request_id_.fetch_add(1));
   LOG(INFO) << "[" << id << "] " << method << " from " << context->peer();
-  return new Call(this, context, method, std::move(id));
+  Call* call = new Call(this, context, method, std::move(id), raw_response);
+  *ready = Authenticate(*context);
+  if (ready->ok() && draining_.load()) {
+    *ready = absl::UnavailableError(
+        "server shutting down: new calls are refused; retry on another "
+        "replica");
+  }
+  if (ready->ok()) *ready = ParseRequest(*raw_request, request);
+  if (!ready->ok()) call->Answer(*ready, nullptr);
+  return call;
 }
 
 absl::Status PlannerService::Authenticate(
@@ -200,36 +300,44 @@ absl::Status PlannerService::Authenticate(
   return CheckBearerToken(context, config_.bearer_token);
 }
 
-grpc::ServerUnaryReactor* PlannerService::RunOnPool(
-    grpc::CallbackServerContext* context, const char* method,
+void PlannerService::Enqueue(
+    Call* call, std::shared_ptr<google::protobuf::Message> response,
     std::function<absl::Status(Call& call)> work) {
-  Call* call = Begin(context, method);
-  if (absl::Status auth = Authenticate(*context); !auth.ok()) {
-    call->Answer(auth);
-    return call;
-  }
   if (!TryAdmit()) {
-    call->Answer(absl::ResourceExhaustedError(
-        absl::StrCat("server busy: ", config_.max_in_flight,
-                     " Plan/Evaluate/Replan calls in flight; retry later")));
-    return call;
+    call->Answer(absl::ResourceExhaustedError(absl::StrCat(
+                     "server busy: ", config_.max_in_flight,
+                     " Plan/Evaluate/Replan calls in flight; retry later")),
+                 nullptr);
+    return;
   }
-  pool_.Submit([this, call, work = std::move(work)] {
-    absl::Status status = call->cancelled()->load()
-                              ? absl::CancelledError("cancelled while queued")
-                              : work(*call);
+  {
+    absl::MutexLock lock(&calls_mu_);
+    admitted_.insert(call);
+  }
+  pool_.Submit([this, call, response = std::move(response),
+                work = std::move(work)] {
+    absl::Status status;
+    if (call->cut()) {
+      status = absl::UnavailableError(
+          "server shutting down: the grace period ended before this call "
+          "ran; retry on another replica");
+    } else if (call->stopped()) {
+      status = absl::CancelledError("cancelled while queued");
+    } else {
+      status = work(*call);
+    }
     // Free the slot before answering, so a client that sends its next call
     // as soon as this one returns is admitted.
     Release();
-    call->Answer(status);
+    call->Answer(status, response.get());
   });
-  return call;
 }
 
 namespace {
 
 // The handler's query for a Plan or Replan request (the cluster is set by
-// the caller: Replan's is new_cluster).
+// the caller: Replan's is new_cluster). The objective's raw value is kept
+// so that one no enum names is rejected, not read as THROUGHPUT.
 PlanQuery PlanQueryFromProto(const v1::ModelRef& model,
                              const v1::TrainingConfig& training,
                              const v1::PlannerOptions& o) {
@@ -243,9 +351,7 @@ PlanQuery PlanQueryFromProto(const v1::ModelRef& model,
   q.max_depth = o.max_depth();
   q.max_templates = o.max_templates();
   q.policy_rollouts = o.has_policy_rollouts() ? o.policy_rollouts() : -1;
-  q.objective = o.objective() == v1::PlannerOptions::USD_PER_TOKEN
-                    ? PlannerObjective::kUsdPerToken
-                    : PlannerObjective::kThroughput;
+  q.objective = static_cast<PlannerObjective>(o.objective());
   return q;
 }
 
@@ -263,38 +369,74 @@ absl::Status FillPlanResponse(const PlanAnswer& a, v1::PlanResponse* response) {
   return absl::OkStatus();
 }
 
+// The options exactly as the message gives them (an explicit
+// policy_rollouts of -1 included), checked by the validation the CLI uses.
+absl::Status CheckOptionsMessage(const v1::PlannerOptions& o) {
+  return ValidatePlanningOptions(PlanningOptionsFromProto(o),
+                                 kRequestOptionNames);
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* PlannerService::Plan(
-    grpc::CallbackServerContext* context, const v1::PlanRequest* request,
-    v1::PlanResponse* response) {
-  return RunOnPool(context, "Plan", [this, request, response](Call& call) {
-    PlanQuery q = PlanQueryFromProto(request->model(), request->training(),
-                                     request->options());
-    q.cluster = request->cluster();
-    q.deadline = call.deadline();
-    q.cancelled = call.cancelled();
-    q.request_id = call.request_id();
-    absl::StatusOr<PlanAnswer> a = handler_->Plan(q);
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request,
+    grpc::ByteBuffer* raw_response) {
+  v1::PlanRequest request;
+  absl::Status ready;
+  Call* call =
+      Begin(context, "Plan", raw_request, &request, raw_response, &ready);
+  if (!ready.ok()) return call;
+  auto q = std::make_shared<PlanQuery>(PlanQueryFromProto(
+      request.model(), request.training(), request.options()));
+  q->cluster = std::move(*request.mutable_cluster());
+  if (absl::Status s = CheckOptionsMessage(request.options()); !s.ok()) {
+    call->Answer(s, nullptr);
+    return call;
+  }
+  if (absl::Status s = handler_->CheckPlan(*q); !s.ok()) {
+    call->Answer(s, nullptr);
+    return call;
+  }
+  auto response = std::make_shared<v1::PlanResponse>();
+  Enqueue(call, response, [this, q, response](Call& call) {
+    q->deadline = call.deadline();
+    q->cancelled = call.stop();
+    q->request_id = call.request_id();
+    absl::StatusOr<PlanAnswer> a = handler_->Plan(*q);
     if (!a.ok()) return a.status();
-    return FillPlanResponse(*a, response);
+    return FillPlanResponse(*a, response.get());
   });
+  return call;
 }
 
 grpc::ServerUnaryReactor* PlannerService::Replan(
-    grpc::CallbackServerContext* context, const v1::ReplanRequest* request,
-    v1::ReplanResponse* response) {
-  return RunOnPool(context, "Replan", [this, request, response](Call& call) {
-    ReplanQuery q;
-    q.plan = PlanQueryFromProto(request->model(), request->training(),
-                                request->options());
-    q.plan.cluster = request->new_cluster();
-    q.plan.deadline = call.deadline();
-    q.plan.cancelled = call.cancelled();
-    q.plan.request_id = call.request_id();
-    q.current_cluster = request->current_cluster();
-    q.current_plan = PlanProtoToJson(request->current_plan());
-    absl::StatusOr<ReplanAnswer> a = handler_->Replan(q);
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request,
+    grpc::ByteBuffer* raw_response) {
+  auto request = std::make_shared<v1::ReplanRequest>();
+  absl::Status ready;
+  Call* call = Begin(context, "Replan", raw_request, request.get(),
+                     raw_response, &ready);
+  if (!ready.ok()) return call;
+  auto q = std::make_shared<ReplanQuery>();
+  q->plan = PlanQueryFromProto(request->model(), request->training(),
+                               request->options());
+  q->plan.cluster = request->new_cluster();
+  q->current_cluster = request->current_cluster();
+  if (absl::Status s = CheckOptionsMessage(request->options()); !s.ok()) {
+    call->Answer(s, nullptr);
+    return call;
+  }
+  if (absl::Status s = handler_->CheckReplan(*q); !s.ok()) {
+    call->Answer(s, nullptr);
+    return call;
+  }
+  auto response = std::make_shared<v1::ReplanResponse>();
+  Enqueue(call, response, [this, q, request, response](Call& call) {
+    q->plan.deadline = call.deadline();
+    q->plan.cancelled = call.stop();
+    q->plan.request_id = call.request_id();
+    q->current_plan = PlanProtoToJson(request->current_plan());
+    absl::StatusOr<ReplanAnswer> a = handler_->Replan(*q);
     if (!a.ok()) return a.status();
     if (absl::Status s =
             FillPlanResponse(a->new_plan, response->mutable_new_plan());
@@ -323,71 +465,85 @@ grpc::ServerUnaryReactor* PlannerService::Replan(
     m->set_transfers(a->migration.transfers);
     return absl::OkStatus();
   });
+  return call;
 }
 
 grpc::ServerUnaryReactor* PlannerService::Evaluate(
-    grpc::CallbackServerContext* context, const v1::EvaluateRequest* request,
-    v1::EvaluateResponse* response) {
-  return RunOnPool(context, "Evaluate", [this, request, response](Call& call) {
-    EvaluateQuery q;
-    q.model = ModelRefFromProto(request->model());
-    q.training = TrainingFromProto(request->training());
-    q.cluster = request->cluster();
-    q.plan = PlanProtoToJson(request->plan());
-    q.request_id = call.request_id();
-    absl::StatusOr<EvaluateAnswer> a = handler_->Evaluate(q);
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request,
+    grpc::ByteBuffer* raw_response) {
+  auto request = std::make_shared<v1::EvaluateRequest>();
+  absl::Status ready;
+  Call* call = Begin(context, "Evaluate", raw_request, request.get(),
+                     raw_response, &ready);
+  if (!ready.ok()) return call;
+  auto q = std::make_shared<EvaluateQuery>();
+  q->model = ModelRefFromProto(request->model());
+  q->training = TrainingFromProto(request->training());
+  q->cluster = request->cluster();
+  if (absl::Status s = handler_->CheckEvaluate(*q); !s.ok()) {
+    call->Answer(s, nullptr);
+    return call;
+  }
+  auto response = std::make_shared<v1::EvaluateResponse>();
+  Enqueue(call, response, [this, q, request, response](Call& call) {
+    q->plan = PlanProtoToJson(request->plan());
+    q->request_id = call.request_id();
+    absl::StatusOr<EvaluateAnswer> a = handler_->Evaluate(*q);
     if (!a.ok()) return a.status();
     return PlanJsonToProto(a->plan, response->mutable_plan(),
                            response->mutable_prediction());
   });
+  return call;
 }
 
 grpc::ServerUnaryReactor* PlannerService::ListModels(
-    grpc::CallbackServerContext* context, const v1::ListModelsRequest*,
-    v1::ListModelsResponse* response) {
-  Call* call = Begin(context, "ListModels");
-  if (absl::Status auth = Authenticate(*context); !auth.ok()) {
-    call->Answer(auth);
-    return call;
-  }
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request,
+    grpc::ByteBuffer* raw_response) {
+  v1::ListModelsRequest request;
+  absl::Status ready;
+  Call* call = Begin(context, "ListModels", raw_request, &request,
+                     raw_response, &ready);
+  if (!ready.ok()) return call;
+  v1::ListModelsResponse response;
   absl::StatusOr<std::vector<ModelSpec>> models = handler_->ListModels();
   if (models.ok()) {
-    for (const ModelSpec& m : *models)
-      *response->add_models() = ModelToProto(m);
+    for (const ModelSpec& m : *models) *response.add_models() = ModelToProto(m);
   }
-  call->Answer(models.status());
+  call->Answer(models.status(), &response);
   return call;
 }
 
 grpc::ServerUnaryReactor* PlannerService::ListGpuTypes(
-    grpc::CallbackServerContext* context, const v1::ListGpuTypesRequest*,
-    v1::ListGpuTypesResponse* response) {
-  Call* call = Begin(context, "ListGpuTypes");
-  if (absl::Status auth = Authenticate(*context); !auth.ok()) {
-    call->Answer(auth);
-    return call;
-  }
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request,
+    grpc::ByteBuffer* raw_response) {
+  v1::ListGpuTypesRequest request;
+  absl::Status ready;
+  Call* call = Begin(context, "ListGpuTypes", raw_request, &request,
+                     raw_response, &ready);
+  if (!ready.ok()) return call;
+  v1::ListGpuTypesResponse response;
   absl::StatusOr<std::vector<GpuType>> types = handler_->ListGpuTypes();
   if (types.ok()) {
     for (const GpuType& t : *types)
-      *response->add_gpu_types() = GpuTypeToProto(t);
+      *response.add_gpu_types() = GpuTypeToProto(t);
   }
-  call->Answer(types.status());
+  call->Answer(types.status(), &response);
   return call;
 }
 
 grpc::ServerUnaryReactor* PlannerService::GetStats(
-    grpc::CallbackServerContext* context, const v1::GetStatsRequest*,
-    v1::GetStatsResponse* response) {
-  Call* call = Begin(context, "GetStats");
-  if (absl::Status auth = Authenticate(*context); !auth.ok()) {
-    call->Answer(auth);
-    return call;
-  }
-  metrics_.Fill(response);
-  response->set_in_flight(in_flight_.load());
-  response->set_uptime_s(absl::ToDoubleSeconds(absl::Now() - started_));
-  call->Answer(absl::OkStatus());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request,
+    grpc::ByteBuffer* raw_response) {
+  v1::GetStatsRequest request;
+  absl::Status ready;
+  Call* call = Begin(context, "GetStats", raw_request, &request, raw_response,
+                     &ready);
+  if (!ready.ok()) return call;
+  v1::GetStatsResponse response;
+  metrics_.Fill(&response);
+  response.set_in_flight(in_flight_.load());
+  response.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - started_));
+  call->Answer(absl::OkStatus(), &response);
   return call;
 }
 

@@ -7,7 +7,15 @@
 // Plan, Evaluate and Replan run on a fixed pool of worker threads, never on
 // gRPC's callback threads; at most `max_in_flight` of them are admitted at once
 // (queued or running), further ones answer RESOURCE_EXHAUSTED at once, so
-// memory stays bounded under any load.
+// memory stays bounded under any load. A request is parsed, authenticated
+// and checked (PlannerHandler::CheckPlan & co.) before it is admitted, so
+// an invalid one is answered at once and never holds a slot.
+//
+// Every method takes its request as bytes (gRPC's raw callback methods)
+// and parses them here: a request that does not parse (garbage, truncated,
+// a string field that is not UTF-8) is answered INVALID_ARGUMENT, logged
+// and counted like any other call. gRPC's own parsing would answer it
+// before any of that.
 #ifndef ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_SERVICE_H_
 #define ARACHNE_PLANNER_SERVICE_SERVER_PLANNER_SERVICE_H_
 
@@ -16,11 +24,13 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -78,7 +88,16 @@ class RpcMetrics {
   std::map<std::string, Method> methods_ ABSL_GUARDED_BY(mu_);
 };
 
-class PlannerService final : public v1::Planner::CallbackService {
+// arachne.v1.Planner with every method taking and answering bytes.
+using RawPlannerService = v1::Planner::WithRawCallbackMethod_Plan<
+    v1::Planner::WithRawCallbackMethod_Evaluate<
+        v1::Planner::WithRawCallbackMethod_ListModels<
+            v1::Planner::WithRawCallbackMethod_ListGpuTypes<
+                v1::Planner::WithRawCallbackMethod_Replan<
+                    v1::Planner::WithRawCallbackMethod_GetStats<
+                        v1::Planner::Service>>>>>>;
+
+class PlannerService final : public RawPlannerService {
  public:
   // `handler` must outlive the service.
   PlannerService(PlannerHandler* handler, PlannerServiceConfig config);
@@ -87,38 +106,54 @@ class PlannerService final : public v1::Planner::CallbackService {
   ~PlannerService() override;
 
   grpc::ServerUnaryReactor* Plan(grpc::CallbackServerContext* context,
-                                 const v1::PlanRequest* request,
-                                 v1::PlanResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Evaluate(grpc::CallbackServerContext* context,
-                                     const v1::EvaluateRequest* request,
-                                     v1::EvaluateResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Replan(grpc::CallbackServerContext* context,
-                                   const v1::ReplanRequest* request,
-                                   v1::ReplanResponse* response) override;
-  grpc::ServerUnaryReactor* ListModels(
-      grpc::CallbackServerContext* context,
-      const v1::ListModelsRequest* request,
-      v1::ListModelsResponse* response) override;
-  grpc::ServerUnaryReactor* ListGpuTypes(
-      grpc::CallbackServerContext* context,
-      const v1::ListGpuTypesRequest* request,
-      v1::ListGpuTypesResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListGpuTypes(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
-                                     const v1::GetStatsRequest* request,
-                                     v1::GetStatsResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
 
   const RpcMetrics& metrics() const { return metrics_; }
+
+  // Shutdown, in the order PlannerServer::Shutdown calls them. After
+  // BeginDrain every new call answers UNAVAILABLE ("shutting down") while
+  // the admitted ones go on; WaitIdle waits until none is left (true) or
+  // `deadline` passes (false); CutAdmitted stops the admitted calls: queued
+  // ones answer UNAVAILABLE, running searches stop and answer with the best
+  // plan so far, and each is logged as cut by the shutdown.
+  void BeginDrain();
+  bool WaitIdle(absl::Time deadline);
+  void CutAdmitted();
 
  private:
   class Call;
   // Admits a heavy call under max_in_flight; false when full.
   bool TryAdmit();
   void Release();
-  // Runs `work` on the pool when admitted, else answers RESOURCE_EXHAUSTED.
-  grpc::ServerUnaryReactor* RunOnPool(
-      grpc::CallbackServerContext* context, const char* method,
-      std::function<absl::Status(Call& call)> work);
-  Call* Begin(grpc::CallbackServerContext* context, const char* method);
+  // What every call does before its work: the log line, the token, the
+  // shutdown check, parsing the bytes into `request`. Returns the call
+  // (answered already when `*ready` is not OK).
+  Call* Begin(grpc::CallbackServerContext* context, const char* method,
+              const grpc::ByteBuffer* raw_request,
+              google::protobuf::Message* request, grpc::ByteBuffer* raw_response,
+              absl::Status* ready);
+  // Admits `call` and runs `work` on the pool, answering with its status and
+  // `response`; RESOURCE_EXHAUSTED at once when max_in_flight calls are in.
+  void Enqueue(Call* call, std::shared_ptr<google::protobuf::Message> response,
+               std::function<absl::Status(Call& call)> work);
+  // A call that answered leaves the set CutAdmitted stops.
+  void Forget(Call* call);
   // OK without a configured token, else Unauthenticated unless the call
   // carries `authorization: Bearer <token>`.
   absl::Status Authenticate(const grpc::CallbackServerContext& context) const;
@@ -127,8 +162,12 @@ class PlannerService final : public v1::Planner::CallbackService {
   const PlannerServiceConfig config_;
   const absl::Time started_ = absl::Now();
   std::atomic<int> in_flight_{0};
+  std::atomic<bool> draining_{false};
   std::atomic<int64_t> next_request_id_{1};
   RpcMetrics metrics_;
+  // Admitted calls that have not answered yet.
+  absl::Mutex calls_mu_;
+  absl::flat_hash_set<Call*> admitted_ ABSL_GUARDED_BY(calls_mu_);
   WorkerPool pool_;  // last: joined first on destruction
 };
 

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "planner_service/io/config_file.h"
+#include "planner_service/server/planner_server.h"
 #include "rpc/credentials.h"
 
 namespace arachne {
@@ -42,8 +43,18 @@ absl::Status CheckAtLeastOne(absl::string_view source, absl::string_view field,
 
 absl::Status CheckServerConfigValues(const v1::ServerConfig& config,
                                      absl::string_view source) {
-  if (config.has_listen() && config.listen().empty()) {
-    return ValueError(source, "listen", "must be host:port, got \"\"");
+  // gRPC reads what it cannot parse its own way (port 99999 as another
+  // port, "host:" as 443), so the address is checked here, naming its
+  // source.
+  if (config.has_listen()) {
+    if (absl::Status s = CheckListenAddress(config.listen()); !s.ok()) {
+      return ValueError(source, "listen", s.message());
+    }
+  }
+  if (config.has_health_listen() && !config.health_listen().empty()) {
+    if (absl::Status s = CheckListenAddress(config.health_listen()); !s.ok()) {
+      return ValueError(source, "health_listen", s.message());
+    }
   }
   if (config.has_workers()) {
     if (absl::Status s = CheckAtLeastOne(source, "workers", config.workers());

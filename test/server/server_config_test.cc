@@ -171,7 +171,8 @@ TEST_F(ServerConfigTest, BadValuesNameTheFieldAndTheValue) {
            Case{"max_in_flight: -1\n",
                 "planner.yaml: max_in_flight: must be an integer >= 1, got -1"},
            Case{"listen: \"\"\n",
-                "planner.yaml: listen: must be host:port, got \"\""},
+                "planner.yaml: listen: must be HOST:PORT (e.g. 127.0.0.1:50051; "
+                "port 0 picks a free one) or unix:PATH, got \"\""},
        }) {
     absl::StatusOr<v1::ServerConfig> config =
         ParseServerConfig(c.text, "planner.yaml");
