@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,8 +22,10 @@
 #include "planner_service/cli/plan_svg.h"
 #include "planner_service/cli/plan_table.h"
 #include "planner_service/client/planner_client.h"
+#include "planner_service/core/cost_model.h"
 #include "planner_service/core/plan_validation.h"
 #include "planner_service/core/planners.h"
+#include "planner_service/core/planning_options.h"
 #include "planner_service/core/profile_synthesizer.h"
 #include "planner_service/core/search_tracker.h"
 #include "planner_service/io/gpu_catalog_io.h"
@@ -37,6 +40,9 @@
 
 namespace arachne {
 namespace {
+
+// Longest sequence `profile show` prices (1 Mi tokens).
+constexpr int kMaxProfileSeq = 1 << 20;
 
 // Options shared by plan and evaluate.
 struct InputFlags {
@@ -106,6 +112,19 @@ int Fail(std::ostream& err, const absl::Status& s) {
     default:
       return kExitInternal;
   }
+}
+
+// A planning error: a search that a limit stopped before it found any plan
+// (DeadlineExceeded: the budget; ResourceExhausted: --max-evaluations, or a
+// busy --server) exits kExitSearchStopped, since more budget or a retry
+// may find one; the rest as Fail.
+int FailSearch(std::ostream& err, const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kDeadlineExceeded ||
+      s.code() == absl::StatusCode::kResourceExhausted) {
+    err << "error: " << s.message() << "\n";
+    return kExitSearchStopped;
+  }
+  return Fail(err, s);
 }
 
 absl::Status CheckFormat(const std::string& format) {
@@ -263,7 +282,7 @@ int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
   // The search gets its budget; the margin covers queueing and transfer.
   q.deadline = absl::Now() + absl::Seconds(budget_s) + absl::Seconds(30);
   absl::StatusOr<PlanAnswer> answer = (*client)->Plan(q);
-  if (!answer.ok()) return Fail(err, answer.status());
+  if (!answer.ok()) return FailSearch(err, answer.status());
   PlannerStats stats;
   stats.evaluations = answer->evaluations;
   stats.exhaustive = answer->exhaustive;
@@ -279,8 +298,8 @@ int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
 int RunPlan(const InputFlags& f, const RemoteFlags& remote,
             const std::string& planner_name, const std::string& objective_name,
             double budget_s, int max_depth, int max_templates,
-            int64_t max_evaluations, int rollouts, std::ostream& out,
-            std::ostream& err) {
+            int64_t max_evaluations, std::optional<int> rollouts,
+            std::ostream& out, std::ostream& err) {
   absl::StatusOr<PlannerObjective> objective =
       ParsePlannerObjective(objective_name);
   if (!objective.ok()) {
@@ -288,29 +307,20 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
                          "--objective: unknown value \"", objective_name,
                          "\"; expected throughput or usd_per_token")));
   }
-  if (!(budget_s > 0)) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--budget: must be > 0 seconds, got ", budget_s)));
+  // The checks the service makes on a request's options, in flag names.
+  PlanningOptionsInput options_given;
+  options_given.planner = planner_name;
+  options_given.budget_s = budget_s;
+  options_given.max_evaluations = max_evaluations;
+  options_given.max_depth = max_depth;
+  options_given.max_templates = max_templates;
+  options_given.objective = static_cast<int64_t>(*objective);
+  if (rollouts.has_value()) options_given.policy_rollouts = *rollouts;
+  if (absl::Status s = ValidatePlanningOptions(options_given, kCliOptionNames);
+      !s.ok()) {
+    return Fail(err, s);
   }
-  if (max_depth < 1) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--max-depth: must be >= 1, got ", max_depth)));
-  }
-  if (max_templates < 1) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--max-templates: must be >= 1, got ", max_templates)));
-  }
-  if (rollouts != -1) {
-    if (rollouts < 0) {
-      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                           "--rollouts: must be >= 0, got ", rollouts)));
-    }
-    if (planner_name != "learned") {
-      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                           "--rollouts: only for --planner learned, not \"",
-                           planner_name, "\"")));
-    }
-  }
+  const int rollouts_or_default = rollouts.value_or(-1);
   absl::StatusOr<std::unique_ptr<Planner>> planner = MakePlanner(planner_name);
   if (!planner.ok()) return Fail(err, planner.status());
   const absl::Time start = absl::Now();
@@ -318,8 +328,8 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
   if (!ctx.ok()) return Fail(err, ctx.status());
   if (!remote.server.empty()) {
     return RunPlanRemote(f, remote, **ctx, planner_name, *objective, budget_s,
-                         max_depth, max_templates, max_evaluations, rollouts,
-                         out, err);
+                         max_depth, max_templates, max_evaluations,
+                         rollouts_or_default, out, err);
   }
   PlannerOptions options;
   options.budget = absl::Seconds(budget_s);
@@ -327,9 +337,9 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
   options.max_templates = max_templates;
   options.max_evaluations = max_evaluations;
   options.objective = *objective;
-  options.policy_rollouts = rollouts;
+  options.policy_rollouts = rollouts_or_default;
   absl::StatusOr<PlanResult> result = (*planner)->Run((*ctx)->cost_model(), options);
-  if (!result.ok()) return Fail(err, result.status());
+  if (!result.ok()) return FailSearch(err, result.status());
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
   if (absl::Status s = PrintPlan(out, f, **ctx, result->plan,
                                  result->prediction, result->planner, elapsed,
@@ -404,12 +414,23 @@ int RunProfileShow(const std::string& model_name, const std::string& gpu_name,
     if (!k.ok()) return Fail(err, k.status());
     kind = *k;
   }
-  for (auto [v, name] : {std::pair<int, const char*>{tp, "--tp"},
-                         {mbs, "--mbs"}, {seq, "--seq"}}) {
-    if (v <= 0) {
-      return Fail(err, absl::InvalidArgumentError(
-                           absl::StrCat(name, ": must be > 0, got ", v)));
-    }
+  // The ranges plans use (TP degrees and micro-batch sizes the cost model
+  // prices); beyond them the figures would be extrapolations nobody plans
+  // with, and large values overflow the byte counts.
+  if (Log2Exact(tp) < 0 || Log2Exact(tp) > kMaxTpLog2) {
+    return Fail(err, absl::InvalidArgumentError(
+                         absl::StrCat("--tp: must be a power of two in 1..",
+                                      1 << kMaxTpLog2, ", got ", tp)));
+  }
+  if (mbs < 1 || mbs > (1 << kMaxMbsLog2)) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--mbs: must be in 1..", 1 << kMaxMbsLog2, ", got ",
+                         mbs)));
+  }
+  if (seq < 1 || seq > kMaxProfileSeq) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--seq: must be in 1..", kMaxProfileSeq, ", got ",
+                         seq)));
   }
   ProfileStore store;
   if (absl::Status s = LoadProfileFiles(profiles_dir, *catalog, &store); !s.ok())
@@ -736,7 +757,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   plan->add_option("--max-templates", max_templates, "most templates per plan");
   plan->add_option("--max-evaluations", max_evaluations,
                    "stop after this many plan evaluations (0: no limit)");
-  plan->add_option("--rollouts", rollouts,
+  CLI::Option* rollouts_option = plan->add_option("--rollouts", rollouts,
                    "learned planner: sampled rollouts after the greedy one "
                    "(default 256); its latency budget is --budget, at most "
                    "0.9 s");
@@ -886,10 +907,21 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
     err << "error: " << e.what() << "\n";
     return kExitBadInput;
   }
+  // A --profiles-dir that is not a directory must not fall back to the
+  // built-in data file by file without a word.
+  for (const std::string* dir :
+       {&plan_flags.profiles_dir, &eval_flags.profiles_dir, &profiles_dir,
+        &bench_flags.options.profiles_dir}) {
+    if (absl::Status s = CheckProfilesDir(*dir, "--profiles-dir"); !s.ok()) {
+      return Fail(err, s);
+    }
+  }
   if (*plan) {
     return RunPlan(plan_flags, plan_remote, planner, objective, budget_s,
-                   max_depth, max_templates, max_evaluations, rollouts, out,
-                   err);
+                   max_depth, max_templates, max_evaluations,
+                   rollouts_option->count() > 0 ? std::optional<int>(rollouts)
+                                                : std::nullopt,
+                   out, err);
   }
   if (*evaluate) {
     return RunEvaluate(eval_flags, eval_remote, plan_file, out, err);

@@ -10,10 +10,14 @@
 namespace arachne {
 
 // Exit codes: 0 success, 2 bad input (the message names the field and
-// value), 1 internal error.
+// value; also a model that fits on no plan), 1 internal error, 3 (plan)
+// the search was stopped before it found any plan, by --budget,
+// --max-evaluations or a busy --server: more of them, or a retry, may
+// find one.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInternal = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitSearchStopped = 3;
 
 int RunCli(int argc, const char* const* argv, std::ostream& out,
            std::ostream& err);

@@ -155,13 +155,14 @@ TEST(CliTest, RolloutsAreForTheLearnedPlannerAndNotNegative) {
   CliRun other = Cli({"plan", "--model", "llama3-8b", "--cluster",
                       Example("small-8.yaml"), "--rollouts", "8"});
   EXPECT_EQ(other.code, 2);
-  EXPECT_THAT(other.err, HasSubstr("--rollouts: only for --planner learned, "
-                                   "not \"exact\""));
+  EXPECT_THAT(other.err, HasSubstr("--rollouts: only for planner "
+                                   "\"learned\", not \"exact\""));
   CliRun negative =
       Cli({"plan", "--model", "llama3-8b", "--cluster", Example("small-8.yaml"),
            "--planner", "learned", "--rollouts", "-3"});
   EXPECT_EQ(negative.code, 2);
-  EXPECT_THAT(negative.err, HasSubstr("--rollouts: must be >= 0, got -3"));
+  EXPECT_THAT(negative.err,
+              HasSubstr("--rollouts: must be in 0..1048576, got -3"));
 }
 
 TEST(CliTest, AModelThatFitsNowhereSaysWhy) {
@@ -191,7 +192,8 @@ TEST(CliTest, ProfileShowGivesOneLayerEntry) {
   CliRun bad = Cli({"profile", "show", "--model", "llama3-8b", "--gpu", "h100",
                  "--tp", "0"});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_THAT(bad.err, HasSubstr("--tp: must be > 0, got 0"));
+  EXPECT_THAT(bad.err,
+              HasSubstr("--tp: must be a power of two in 1..16, got 0"));
 }
 
 TEST(CliTest, CatalogsList) {
