@@ -1,14 +1,18 @@
 // The `arachne` command's checks shared with the service: planning options
 // out of range (the same validation as a request's options), a profiles
 // directory that is not one, a search stopped by a limit before any plan
-// (its own exit code), and the bounds of `profile show`.
+// (its own exit code), the bounds of `profile show`, and a huge plan
+// refused quickly.
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "test/cli/cli_runner.h"
 
 namespace arachne {
@@ -135,6 +139,38 @@ TEST(CliChecksTest, ProfileShowIsBounded) {
   CliRun largest = Cli({"profile", "show", "--model", "llama3-8b", "--gpu",
                         "H100", "--mbs", "128", "--tp", "8"});
   EXPECT_EQ(largest.code, 0) << largest.err;
+}
+
+// A plan of 60,000 stages (a 32-layer model; within the readers' value
+// limit) is refused within seconds by its counts, before it is built
+// (200,000 took 17 s and 763 MB).
+TEST(CliChecksTest, PlanWithFarTooManyStagesIsRejectedFast) {
+  nlohmann::json stages = nlohmann::json::array();
+  nlohmann::json row = nlohmann::json::array();
+  for (int s = 0; s < 60000; ++s) {
+    stages.push_back({{"gpu_type", "A100-40GB"}, {"tp", 1}, {"layers", {s, s + 1}}});
+    row.push_back({{"node", "a100-0"}, {"gpus", {0}}});
+  }
+  nlohmann::json plan = {
+      {"templates",
+       {{{"replicas", 1},
+         {"micro_batch_size", 1},
+         {"total_micro_batches", 2048},
+         {"stages", std::move(stages)},
+         {"placement", {{{"stages", std::move(row)}}}}}}}};
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "arachne_cli_checks_huge.json")
+          .string();
+  std::ofstream(path) << plan.dump();
+  const absl::Time start = absl::Now();
+  CliRun r = Cli({"evaluate", "--model", "llama3-8b", "--cluster",
+                  Example("small-8.yaml"), "--plan", path});
+  // ~2 s on a loaded 2-core machine, all of it reading the 6 MB file.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("templates[0].stages: must have at most 1024 "
+                               "stages, got 60000"));
+  std::filesystem::remove(path);
 }
 
 }  // namespace

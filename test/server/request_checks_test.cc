@@ -178,6 +178,22 @@ TEST(RequestChecksTest, OptionsOutOfRangeNameTheFieldAndValue) {
   }
 }
 
+// The cluster is read by the cluster files' reader: an infinite NIC speed
+// is refused as a file's would be.
+TEST(RequestChecksTest, InfiniteInterNodeBandwidthNamesTheField) {
+  testing::LoopbackServer server({.workers = 1, .max_in_flight = 2});
+  auto stub = v1::Planner::NewStub(Channel(server.port()));
+  v1::PlanRequest r = SmallPlanRequest();
+  r.mutable_cluster()->set_inter_node_gbps(
+      std::numeric_limits<double>::infinity());
+  grpc::ClientContext ctx;
+  v1::PlanResponse response;
+  grpc::Status s = stub->Plan(&ctx, r, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("cluster.inter_node_gbps: must be "
+                                           "a finite number > 0, got inf"));
+}
+
 // A handler whose Plan blocks (so the one slot stays taken) but whose cheap
 // checks are the real handler's.
 class BlockingWithRealChecks : public BlockingHandler {
