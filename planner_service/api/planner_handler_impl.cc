@@ -65,10 +65,10 @@ absl::Status CheckPlanCounts(const nlohmann::json& plan, const ModelSpec& model,
       const size_t rows = tmpl["placement"].size();
       if (rows * std::max<size_t>(stages, 1) >
           static_cast<size_t>(cluster.total_gpus())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ".placement: ", rows, " replicas of ", stages,
-            " stages need more GPUs than the cluster's ",
-            cluster.total_gpus()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".placement: ", rows, " replicas of ", stages,
+                         " stages need more GPUs than the cluster's ",
+                         cluster.total_gpus()));
       }
     }
   }
@@ -397,8 +397,8 @@ absl::StatusOr<ReplanAnswer> PlannerHandlerImpl::Replan(const ReplanQuery& q) {
   absl::StatusOr<Cluster> new_cluster =
       ResolveCluster(q.plan.cluster, "new_cluster");
   if (!new_cluster.ok()) return new_cluster.status();
-  if (absl::Status s = CheckPlanCounts(q.current_plan, *model,
-                                       *current_cluster, "current_plan");
+  if (absl::Status s = CheckPlanCounts(q.current_plan, *model, *current_cluster,
+                                       "current_plan");
       !s.ok()) {
     return s;
   }

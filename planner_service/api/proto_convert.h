@@ -9,10 +9,10 @@
 #include "absl/status/statusor.h"
 #include "arachne/v1/planner.pb.h"
 #include "nlohmann/json.hpp"
+#include "planner_service/api/planner_handler.h"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
 #include "planner_service/core/planning_options.h"
-#include "planner_service/api/planner_handler.h"
 
 namespace arachne {
 

@@ -11,9 +11,9 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "controller_client/controller_client.h"
 #include "nlohmann/json.hpp"
@@ -28,9 +28,9 @@
 #include "planner_service/core/planning_options.h"
 #include "planner_service/core/profile_synthesizer.h"
 #include "planner_service/core/search_tracker.h"
+#include "planner_service/io/cluster_io.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
-#include "planner_service/io/cluster_io.h"
 #include "planner_service/io/plan_io.h"
 #include "planner_service/io/planning_context.h"
 #include "planner_service/io/profile_io.h"
@@ -423,14 +423,14 @@ int RunProfileShow(const std::string& model_name, const std::string& gpu_name,
                                       1 << kMaxTpLog2, ", got ", tp)));
   }
   if (mbs < 1 || mbs > (1 << kMaxMbsLog2)) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--mbs: must be in 1..", 1 << kMaxMbsLog2, ", got ",
-                         mbs)));
+    return Fail(err,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "--mbs: must be in 1..", 1 << kMaxMbsLog2, ", got ", mbs)));
   }
   if (seq < 1 || seq > kMaxProfileSeq) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--seq: must be in 1..", kMaxProfileSeq, ", got ",
-                         seq)));
+    return Fail(err,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "--seq: must be in 1..", kMaxProfileSeq, ", got ", seq)));
   }
   ProfileStore store;
   if (absl::Status s = LoadProfileFiles(profiles_dir, *catalog, &store); !s.ok())
@@ -757,10 +757,11 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   plan->add_option("--max-templates", max_templates, "most templates per plan");
   plan->add_option("--max-evaluations", max_evaluations,
                    "stop after this many plan evaluations (0: no limit)");
-  CLI::Option* rollouts_option = plan->add_option("--rollouts", rollouts,
-                   "learned planner: sampled rollouts after the greedy one "
-                   "(default 256); its latency budget is --budget, at most "
-                   "0.9 s");
+  CLI::Option* rollouts_option =
+      plan->add_option("--rollouts", rollouts,
+                       "learned planner: sampled rollouts after the greedy one "
+                       "(default 256); its latency budget is --budget, at most "
+                       "0.9 s");
 
   InputFlags eval_flags;
   std::string plan_file;

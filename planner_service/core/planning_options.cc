@@ -15,10 +15,9 @@ namespace {
 
 absl::Status OutOfRange(absl::string_view name, absl::string_view rule,
                         bool zero_is_default, const auto& value) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, ": must be ", rule,
-                   zero_is_default ? " (or 0 for the default)" : "", ", got ",
-                   value));
+  return absl::InvalidArgumentError(absl::StrCat(
+      name, ": must be ", rule,
+      zero_is_default ? " (or 0 for the default)" : "", ", got ", value));
 }
 
 }  // namespace
@@ -66,7 +65,7 @@ absl::Status ValidatePlanningOptions(const PlanningOptionsInput& o,
   if (o.objective != static_cast<int64_t>(PlannerObjective::kThroughput) &&
       o.objective != static_cast<int64_t>(PlannerObjective::kUsdPerToken)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        names.objective, ": must be THROUGHPUT (", 
+        names.objective, ": must be THROUGHPUT (",
         static_cast<int>(PlannerObjective::kThroughput), ") or USD_PER_TOKEN (",
         static_cast<int>(PlannerObjective::kUsdPerToken), "), got ",
         o.objective));
@@ -79,23 +78,23 @@ absl::Status ValidatePlanningOptions(const PlanningOptionsInput& o,
                        kMaxPolicyRollouts, ", got ", n));
     }
     if (planner != "learned") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(names.policy_rollouts, ": only for planner \"learned\", not \"",
-                       planner, "\""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          names.policy_rollouts, ": only for planner \"learned\", not \"",
+          planner, "\""));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckProfilesDir(const std::string& dir,
-                              absl::string_view field) {
+absl::Status CheckProfilesDir(const std::string& dir, absl::string_view field) {
   if (dir.empty()) return absl::OkStatus();
   std::error_code ec;
   const std::filesystem::file_status status = std::filesystem::status(dir, ec);
   if (!std::filesystem::exists(status)) {
-    return absl::NotFoundError(absl::StrCat(
-        field, ": \"", dir, "\" does not exist (give a directory laid out "
-        "like profiles/, or leave it out for the built-in data)"));
+    return absl::NotFoundError(
+        absl::StrCat(field, ": \"", dir,
+                     "\" does not exist (give a directory laid out "
+                     "like profiles/, or leave it out for the built-in data)"));
   }
   if (!std::filesystem::is_directory(status)) {
     return absl::InvalidArgumentError(

@@ -52,9 +52,9 @@ inline constexpr PlanningOptionNames kCliOptionNames = {
     "--planner",       "--budget",    "--max-evaluations", "--max-depth",
     "--max-templates", "--objective", "--rollouts",        false};
 inline constexpr PlanningOptionNames kRequestOptionNames = {
-    "options.planner",       "options.budget_s",
+    "options.planner",         "options.budget_s",
     "options.max_evaluations", "options.max_depth",
-    "options.max_templates", "options.objective",
+    "options.max_templates",   "options.objective",
     "options.policy_rollouts", true};
 
 // OK when every option is in range: a known planner; budget_s finite and in

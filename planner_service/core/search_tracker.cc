@@ -167,16 +167,19 @@ absl::StatusOr<PlanResult> SearchTracker::Finish(const std::string& name,
       !found() && stop_reason_ != StopReason::kNone && SomeLayerFits(cm_);
   if (stopped_by_limit && stop_reason_ == StopReason::kEvaluations) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        name, ": the search was stopped before any plan was found, by the "
-        "evaluation limit (max_evaluations ", options_.max_evaluations,
-        ", reached after ", evaluations_,
+        name,
+        ": the search was stopped before any plan was found, by the "
+        "evaluation limit (max_evaluations ",
+        options_.max_evaluations, ", reached after ", evaluations_,
         " plan evaluations); raise it or give 0 for no limit"));
   }
   if (stopped_by_limit && stop_reason_ == StopReason::kBudget) {
     return absl::DeadlineExceededError(absl::StrCat(
-        name, ": the search was stopped before any plan was found, by its "
-        "time budget (", absl::FormatDuration(options_.budget), ", after ",
-        evaluations_, " plan evaluations); give it a larger budget"));
+        name,
+        ": the search was stopped before any plan was found, by its "
+        "time budget (",
+        absl::FormatDuration(options_.budget), ", after ", evaluations_,
+        " plan evaluations); give it a larger budget"));
   }
   if (!found()) {
     const std::string why = ExplainNoFit(cm_);

@@ -81,8 +81,7 @@ int NoPassphrase(char* /*buf*/, int /*size*/, int /*rwflag*/, void* /*u*/) {
 absl::Status CheckListenAddress(absl::string_view address) {
   if (address.size() > kMaxQuotedAddress) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "must be HOST:PORT or unix:PATH, got ", address.size(),
-        " characters"));
+        "must be HOST:PORT or unix:PATH, got ", address.size(), " characters"));
   }
   auto invalid = [address](absl::string_view why) {
     return absl::InvalidArgumentError(
@@ -117,8 +116,9 @@ absl::Status CheckListenAddress(absl::string_view address) {
   const absl::string_view host = address.substr(0, colon);
   const absl::string_view port = address.substr(colon + 1);
   if (host.empty()) {
-    return invalid("missing host before the port (0.0.0.0 or [::] listens "
-                   "on every interface)");
+    return invalid(
+        "missing host before the port (0.0.0.0 or [::] listens "
+        "on every interface)");
   }
   if (absl::StrContains(host, ':') &&
       !(absl::StartsWith(host, "[") && absl::EndsWith(host, "]"))) {
@@ -133,8 +133,9 @@ absl::Status CheckListenAddress(absl::string_view address) {
   });
   if (!digits || port.size() > 5 || !absl::SimpleAtoi(port, &value) ||
       value > 65535) {
-    return invalid("the port must be a number in 0..65535 (0 picks a free "
-                   "one)");
+    return invalid(
+        "the port must be a number in 0..65535 (0 picks a free "
+        "one)");
   }
   return absl::OkStatus();
 }
@@ -155,8 +156,8 @@ absl::Status CheckTlsKeyMatchesCertificate(const std::string& cert_file,
       PEM_read_bio_X509(cert_in.get(), nullptr, NoPassphrase, nullptr),
       X509_free);
   if (cert == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tls_cert: \"", cert_file, "\" holds no PEM certificate"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls_cert: \"", cert_file, "\" holds no PEM certificate"));
   }
   std::unique_ptr<BIO, decltype(&BIO_free)> key_in(
       BIO_new_file(key_file.c_str(), "r"), BIO_free);
@@ -176,8 +177,7 @@ absl::Status CheckTlsKeyMatchesCertificate(const std::string& cert_file,
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tls_key: the private key in \"", key_file,
-        "\" does not match the certificate in \"", cert_file,
-        "\" (tls_cert)"));
+        "\" does not match the certificate in \"", cert_file, "\" (tls_cert)"));
   }
   return absl::OkStatus();
 }
@@ -297,7 +297,8 @@ void PlannerServer::Shutdown(absl::Duration grace) {
   if (!service_->WaitIdle(absl::Now() + grace)) {
     service_->CutAdmitted();
     if (!service_->WaitIdle(absl::Now() + kCutAnswerTime)) {
-      LOG(WARNING) << "calls still running " << absl::FormatDuration(kCutAnswerTime)
+      LOG(WARNING) << "calls still running "
+                   << absl::FormatDuration(kCutAnswerTime)
                    << " after they were cut; the server cancels them";
     }
   }

@@ -314,23 +314,23 @@ void PlannerService::Enqueue(
     absl::MutexLock lock(&calls_mu_);
     admitted_.insert(call);
   }
-  pool_.Submit([this, call, response = std::move(response),
-                work = std::move(work)] {
-    absl::Status status;
-    if (call->cut()) {
-      status = absl::UnavailableError(
-          "server shutting down: the grace period ended before this call "
-          "ran; retry on another replica");
-    } else if (call->stopped()) {
-      status = absl::CancelledError("cancelled while queued");
-    } else {
-      status = work(*call);
-    }
-    // Free the slot before answering, so a client that sends its next call
-    // as soon as this one returns is admitted.
-    Release();
-    call->Answer(status, response.get());
-  });
+  pool_.Submit(
+      [this, call, response = std::move(response), work = std::move(work)] {
+        absl::Status status;
+        if (call->cut()) {
+          status = absl::UnavailableError(
+              "server shutting down: the grace period ended before this call "
+              "ran; retry on another replica");
+        } else if (call->stopped()) {
+          status = absl::CancelledError("cancelled while queued");
+        } else {
+          status = work(*call);
+        }
+        // Free the slot before answering, so a client that sends its next call
+        // as soon as this one returns is admitted.
+        Release();
+        call->Answer(status, response.get());
+      });
 }
 
 namespace {
@@ -501,8 +501,8 @@ grpc::ServerUnaryReactor* PlannerService::ListModels(
     grpc::ByteBuffer* raw_response) {
   v1::ListModelsRequest request;
   absl::Status ready;
-  Call* call = Begin(context, "ListModels", raw_request, &request,
-                     raw_response, &ready);
+  Call* call =
+      Begin(context, "ListModels", raw_request, &request, raw_response, &ready);
   if (!ready.ok()) return call;
   v1::ListModelsResponse response;
   absl::StatusOr<std::vector<ModelSpec>> models = handler_->ListModels();
@@ -536,8 +536,8 @@ grpc::ServerUnaryReactor* PlannerService::GetStats(
     grpc::ByteBuffer* raw_response) {
   v1::GetStatsRequest request;
   absl::Status ready;
-  Call* call = Begin(context, "GetStats", raw_request, &request, raw_response,
-                     &ready);
+  Call* call =
+      Begin(context, "GetStats", raw_request, &request, raw_response, &ready);
   if (!ready.ok()) return call;
   v1::GetStatsResponse response;
   metrics_.Fill(&response);

@@ -146,8 +146,8 @@ class PlannerService final : public RawPlannerService {
   // (answered already when `*ready` is not OK).
   Call* Begin(grpc::CallbackServerContext* context, const char* method,
               const grpc::ByteBuffer* raw_request,
-              google::protobuf::Message* request, grpc::ByteBuffer* raw_response,
-              absl::Status* ready);
+              google::protobuf::Message* request,
+              grpc::ByteBuffer* raw_response, absl::Status* ready);
   // Admits `call` and runs `work` on the pool, answering with its status and
   // `response`; RESOURCE_EXHAUSTED at once when max_in_flight calls are in.
   void Enqueue(Call* call, std::shared_ptr<google::protobuf::Message> response,

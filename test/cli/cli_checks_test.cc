@@ -69,7 +69,8 @@ TEST(CliChecksTest, ProfilesDirMustBeADirectory) {
       std::string(ARACHNE_SOURCE_DIR) + "/profiles/gpus.yaml";
   for (const std::vector<std::string>& command :
        std::vector<std::vector<std::string>>{
-           {"plan", "--model", "llama3-8b", "--cluster", Example("small-8.yaml")},
+           {"plan", "--model", "llama3-8b", "--cluster",
+            Example("small-8.yaml")},
            {"models"},
            {"gpus"},
            {"profile", "show", "--model", "llama3-8b", "--gpu", "H100"}}) {
@@ -129,8 +130,8 @@ TEST(CliChecksTest, ProfileShowIsBounded) {
            {{"--seq", "2000000000"},
             "error: --seq: must be in 1..1048576, got 2000000000\n"},
        }) {
-    std::vector<std::string> args = {"profile", "show", "--model", "llama3-8b",
-                                     "--gpu", "H100"};
+    std::vector<std::string> args = {"profile",   "show",  "--model",
+                                     "llama3-8b", "--gpu", "H100"};
     args.insert(args.end(), c.flags.begin(), c.flags.end());
     CliRun r = Cli(args);
     EXPECT_EQ(r.code, 2) << c.flags[0] << ": " << r.err;
@@ -148,16 +149,16 @@ TEST(CliChecksTest, PlanWithFarTooManyStagesIsRejectedFast) {
   nlohmann::json stages = nlohmann::json::array();
   nlohmann::json row = nlohmann::json::array();
   for (int s = 0; s < 60000; ++s) {
-    stages.push_back({{"gpu_type", "A100-40GB"}, {"tp", 1}, {"layers", {s, s + 1}}});
+    stages.push_back(
+        {{"gpu_type", "A100-40GB"}, {"tp", 1}, {"layers", {s, s + 1}}});
     row.push_back({{"node", "a100-0"}, {"gpus", {0}}});
   }
-  nlohmann::json plan = {
-      {"templates",
-       {{{"replicas", 1},
-         {"micro_batch_size", 1},
-         {"total_micro_batches", 2048},
-         {"stages", std::move(stages)},
-         {"placement", {{{"stages", std::move(row)}}}}}}}};
+  nlohmann::json plan = {{"templates",
+                          {{{"replicas", 1},
+                            {"micro_batch_size", 1},
+                            {"total_micro_batches", 2048},
+                            {"stages", std::move(stages)},
+                            {"placement", {{{"stages", std::move(row)}}}}}}}};
   const std::string path =
       (std::filesystem::temp_directory_path() / "arachne_cli_checks_huge.json")
           .string();

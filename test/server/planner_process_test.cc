@@ -38,10 +38,10 @@ Exit RunPlanner(const std::vector<std::string>& args) {
   const std::string err_file = dir + "/stderr";
   std::vector<std::string> quoted;
   for (const std::string& a : args) quoted.push_back(absl::StrCat("'", a, "'"));
-  const std::string cmd = absl::StrCat(
-      "timeout 20 ", ARACHNE_BINARY_DIR,
-      "/planner_service/server/arachne-planner ", absl::StrJoin(quoted, " "),
-      " 2>", err_file, " >/dev/null");
+  const std::string cmd =
+      absl::StrCat("timeout 20 ", ARACHNE_BINARY_DIR,
+                   "/planner_service/server/arachne-planner ",
+                   absl::StrJoin(quoted, " "), " 2>", err_file, " >/dev/null");
   const int status = std::system(cmd.c_str());
   Exit e;
   // timeout(1) reports a child killed by a signal as 128 + signal.
@@ -81,8 +81,8 @@ TEST(PlannerProcessTest, UnusableListenAddressExitsTwoWithTheReason) {
     EXPECT_THAT(e.err, HasSubstr(c.message)) << c.listen;
   }
   // The same check on the health port's address.
-  const Exit health =
-      RunPlanner({"--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:70000"});
+  const Exit health = RunPlanner(
+      {"--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:70000"});
   EXPECT_EQ(health.code, 2) << health.err;
   EXPECT_THAT(health.err, HasSubstr("health_listen: the port must be a number "
                                     "in 0..65535"));
@@ -105,8 +105,8 @@ TEST(PlannerProcessTest, TlsKeyOfAnotherCertificateExitsTwo) {
   for (const char* name : {"a", "b"}) {
     const std::string cmd = absl::StrCat(
         "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
-        "-keyout ", dir, "/", name, ".key -out ", dir, "/", name,
-        ".pem > /dev/null 2>&1");
+        "-keyout ",
+        dir, "/", name, ".key -out ", dir, "/", name, ".pem > /dev/null 2>&1");
     have_openssl = have_openssl && std::system(cmd.c_str()) == 0;
   }
   if (!have_openssl) GTEST_SKIP() << "no openssl command to make certificates";
@@ -132,9 +132,8 @@ TEST(PlannerProcessTest, ProfilesDirThatIsNoDirectoryExitsTwo) {
   const Exit regular =
       RunPlanner({"--listen", "127.0.0.1:0", "--profiles-dir", file});
   EXPECT_EQ(regular.code, 2) << regular.err;
-  EXPECT_THAT(regular.err,
-              HasSubstr(absl::StrCat("profiles_dir: \"", file,
-                                     "\" is not a directory")));
+  EXPECT_THAT(regular.err, HasSubstr(absl::StrCat("profiles_dir: \"", file,
+                                                  "\" is not a directory")));
 }
 
 }  // namespace

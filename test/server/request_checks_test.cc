@@ -233,7 +233,8 @@ TEST(RequestChecksTest, InvalidRequestsAreRejectedBeforeAdmission) {
   absl::Notification first_done;
   stub->async()->Plan(&first_ctx, &first, &first_response,
                       [&](grpc::Status) { first_done.Notify(); });
-  ASSERT_TRUE(handler.entered_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(
+      handler.entered_.WaitForNotificationWithTimeout(absl::Seconds(10)));
 
   // Invalid ones are answered for what they are, not RESOURCE_EXHAUSTED.
   v1::PlanRequest bad_depth = SmallPlanRequest();
@@ -320,7 +321,8 @@ TEST(ShutdownGraceTest, MainPortAnswersNotServingAndRefusesNewCalls) {
     plan_status = s;
     plan_done.Notify();
   });
-  ASSERT_TRUE(handler.entered_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(
+      handler.entered_.WaitForNotificationWithTimeout(absl::Seconds(10)));
 
   std::thread shutdown([&] { server->Shutdown(absl::Seconds(60)); });
   HealthCheckResponse response;
@@ -365,7 +367,8 @@ TEST(ShutdownGraceTest, CallsCutAtTheEndOfTheGraceAnswerAndAreCountedSo) {
                         running_status = s;
                         running_done.Notify();
                       });
-  ASSERT_TRUE(handler.entered_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(
+      handler.entered_.WaitForNotificationWithTimeout(absl::Seconds(10)));
   stub->async()->Plan(&queued_ctx, &request, &queued_response,
                       [&](grpc::Status s) {
                         queued_status = s;

@@ -170,9 +170,17 @@ TEST_F(ServerConfigTest, BadValuesNameTheFieldAndTheValue) {
                 "planner.yaml: workers: must be an integer >= 1, got 0"},
            Case{"max_in_flight: -1\n",
                 "planner.yaml: max_in_flight: must be an integer >= 1, got -1"},
-           Case{"listen: \"\"\n",
-                "planner.yaml: listen: must be HOST:PORT (e.g. 127.0.0.1:50051; "
-                "port 0 picks a free one) or unix:PATH, got \"\""},
+           Case{
+               "listen: \"\"\n",
+               "planner.yaml: listen: must be HOST:PORT (e.g. 127.0.0.1:50051; "
+               "port 0 picks a free one) or unix:PATH, got \"\""},
+           // gRPC itself would serve 99999 on another port, "host:" on 443.
+           Case{"listen: 127.0.0.1:99999\n",
+                "planner.yaml: listen: the port must be a number in 0..65535 "
+                "(0 picks a free one), got \"127.0.0.1:99999\""},
+           Case{"health_listen: \"127.0.0.1:\"\n",
+                "planner.yaml: health_listen: missing port after ':' "
+                "(0..65535; 0 picks a free one), got \"127.0.0.1:\""},
        }) {
     absl::StatusOr<v1::ServerConfig> config =
         ParseServerConfig(c.text, "planner.yaml");
