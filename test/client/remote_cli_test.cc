@@ -145,14 +145,21 @@ TEST_F(RemoteCliTest, MissingOrWrongTokenIsRefused) {
 }
 
 TEST_F(RemoteCliTest, ServerErrorsKeepTheirCodeAndField) {
-  // 0 GPUs per node passes no local check the service does not also make;
-  // an out-of-range depth is the server's to reject.
-  CliRun r = Cli(With(With(PlanArgs(Example("small-8.yaml")), Remote()),
-                      {"--max-depth", "65"}));
+  // The options are checked here by the service's own rules (an
+  // out-of-range depth never leaves the CLI), and a plan is searched only
+  // there: a model that fits nowhere is the server's to say.
+  const std::string one_a5000 =
+      (std::filesystem::path(::testing::TempDir()) /
+       ("remote_cli_a5000_" + std::to_string(::getpid()) + ".yaml"))
+          .string();
+  std::ofstream(one_a5000) << "nodes:\n  - {name: box, gpu: A5000, gpus: 1}\n";
+  CliRun r = Cli(With({"plan", "--model", "gpt3-175b", "--cluster", one_a5000},
+                      Remote()));
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_THAT(r.err,
               HasSubstr(absl::StrCat("server 127.0.0.1:", server_->port(),
-                                     ": options.max_depth: must be in 1..64")));
+                                     ": exact: no plan fits gpt3-175b")));
+  std::filesystem::remove(one_a5000);
 }
 
 TEST_F(RemoteCliTest, UnreachableServerNamesTheAddress) {
