@@ -11,12 +11,16 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "arachne/v1/planner.grpc.pb.h"
+#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -350,6 +354,28 @@ TEST(ShutdownGraceTest, MainPortAnswersNotServingAndRefusesNewCalls) {
   EXPECT_EQ(plan_status.error_message(), "released");
 }
 
+// The log lines written while it is installed.
+class LogLines : public google::LogSink {
+ public:
+  LogLines() { google::AddLogSink(this); }
+  ~LogLines() override { google::RemoveLogSink(this); }
+  void send(google::LogSeverity /*severity*/, const char* /*full_filename*/,
+            const char* /*base_filename*/, int /*line*/,
+            const google::LogMessageTime& /*time*/, const char* message,
+            size_t message_len) override {
+    absl::MutexLock lock(&mu_);
+    lines_.emplace_back(message, message_len);
+  }
+  std::vector<std::string> lines() {
+    absl::MutexLock lock(&mu_);
+    return lines_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+};
+
 // At the end of the grace period the running call is cut (its search sees
 // the cancellation and answers), the queued one answers UNAVAILABLE; both
 // reach the client and are counted as what it got, none as OK.
@@ -384,6 +410,7 @@ TEST(ShutdownGraceTest, CallsCutAtTheEndOfTheGraceAnswerAndAreCountedSo) {
     absl::SleepFor(absl::Milliseconds(5));
   }
 
+  LogLines log;
   server->Shutdown(absl::Milliseconds(200));
   ASSERT_TRUE(running_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   ASSERT_TRUE(queued_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
@@ -400,6 +427,13 @@ TEST(ShutdownGraceTest, CallsCutAtTheEndOfTheGraceAnswerAndAreCountedSo) {
   EXPECT_EQ(codes["CANCELLED"], 1);
   EXPECT_EQ(codes["UNAVAILABLE"], 1);
   EXPECT_EQ(codes.count("OK"), 0u);
+  // The log says what each client got, and that the shutdown cut it.
+  int cut_lines = 0;
+  for (const std::string& line : log.lines()) {
+    EXPECT_THAT(line, ::testing::Not(HasSubstr("Plan OK")));
+    if (absl::StrContains(line, "(cut by the shutdown)")) ++cut_lines;
+  }
+  EXPECT_EQ(cut_lines, 2);
 }
 
 // The real planner cut by the shutdown answers with the best plan so far,

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -16,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner_service/io/json_yaml.h"
+#include "planner_service/server/planner_server.h"
 
 namespace arachne {
 namespace {
@@ -273,6 +275,28 @@ TEST_F(ServerConfigTest, ShippedConfigsAreValid) {
   EXPECT_EQ(k8s->health_listen(), "0.0.0.0:8081");
   EXPECT_EQ(k8s->tls_cert(), "/etc/arachne/tls/tls.crt");
   EXPECT_TRUE(ResolveServerConfig(*k8s).ok());
+}
+
+TEST(ListenAddressTest, AcceptsWhatGrpcListensOnAndNothingItMisreads) {
+  for (const char* ok :
+       {"127.0.0.1:0", "0.0.0.0:50051", "localhost:65535", "[::]:50051",
+        "[::1]:0", "unix:/tmp/arachne.sock", "unix:///tmp/arachne.sock",
+        "unix:arachne.sock", "unix-abstract:arachne"}) {
+    EXPECT_TRUE(CheckListenAddress(ok).ok()) << ok;
+  }
+  for (const auto& [address, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"127.0.0.1:65536", "the port must be a number in 0..65535"},
+           {"127.0.0.1:5a", "the port must be a number in 0..65535"},
+           {"127.0.0.1:+5", "the port must be a number in 0..65535"},
+           {"::1:50051", "an IPv6 host is written in brackets"},
+           {"unix:", "unix: needs a socket path"},
+           {"unix-abstract:", "unix-abstract: needs a socket name"},
+           {std::string(300, 'a'), "got 300 characters"}}) {
+    absl::Status s = CheckListenAddress(address);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << address;
+    EXPECT_THAT(s.message(), HasSubstr(message)) << address;
+  }
 }
 
 }  // namespace
