@@ -10,6 +10,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "planner_service/io/cluster_io.h"
 #include "migration/core/diff.h"
+#include "migration/core/schedule.h"
 #include "planner_service/io/plan_io.h"
 #include "worker_agent/engine/reference_engine.h"
 
@@ -59,6 +60,7 @@ v1::SwitchTimings TimingsToProto(int64_t generation, const std::string& outcome,
   m.set_agent_stage1_s(t.agent_stage1_s);
   m.set_agent_stage2_s(t.agent_stage2_s);
   m.set_agent_rebuild_s(t.agent_rebuild_s);
+  m.set_agent_groups_s(t.agent_groups_s);
   m.set_agent_resume_s(t.agent_resume_s);
   return m;
 }
@@ -144,9 +146,12 @@ absl::StatusOr<std::unique_ptr<JobController>> JobController::Create(
   absl::StatusOr<std::unique_ptr<StateStore>> store =
       StateStore::Open(config.state_dir);
   if (!store.ok()) return store.status();
+  absl::StatusOr<std::string> id = (*store)->ControllerId();
+  if (!id.ok()) return id.status();
   std::unique_ptr<JobController> c(
       new JobController(std::move(config), std::move(catalog),
                         std::move(planner), clock, *std::move(store)));
+  c->controller_id_ = *id;
   absl::StatusOr<std::unique_ptr<agent::JobStoreServer>> job_store =
       agent::JobStoreServer::Start(c->config_.store_host, 0);
   if (!job_store.ok()) return job_store.status();
@@ -212,6 +217,7 @@ void JobController::EnsureClient(const MemberSpec& spec) {
   if (it != clients_.end() && it->second->address() == spec.address) return;
   agent::AgentClientConfig c = config_.agent_client;
   c.address = spec.address;
+  c.controller_id = controller_id_;
   absl::StatusOr<std::unique_ptr<agent::AgentClient>> client =
       agent::AgentClient::Connect(c);
   // The address and TLS files were checked already (Register, settings).
@@ -395,6 +401,7 @@ absl::StatusOr<v1::RegisterResponse> JobController::Register(
   v1::RegisterResponse out;
   out.set_lease_s(absl::ToDoubleSeconds(config_.job.membership.lease));
   out.set_generation(generation());
+  out.set_controller_id(controller_id_);
   return out;
 }
 
@@ -506,6 +513,7 @@ absl::Status JobController::RequestReplan(const v1::RequestReplanRequest& r) {
 
 absl::StatusOr<v1::GetStatusResponse> JobController::GetStatus() {
   v1::GetStatusResponse out;
+  out.set_controller_id(controller_id_);
   const absl::Time now = clock_->Now();
   for (const Member& m : membership_.Members()) {
     v1::Member* pm = out.add_members();
@@ -687,12 +695,32 @@ void JobController::Replan(const std::string& trigger) {
     current_generation = generation_;
     fixed_cost = cost_model_.FixedCostSeconds();
   }
-  const std::vector<Member> schedulable = membership_.Schedulable();
+  // One view of the membership for the whole decision: RPCs go on changing
+  // it meanwhile (a node may drain while the planner runs), and a decision
+  // mixing two views could count a node twice.
+  const std::vector<Member> members = membership_.Members();
+  std::vector<Member> schedulable, draining;
+  {
+    const absl::Time now = clock_->Now();
+    for (const Member& m : members) {
+      if (m.draining) {
+        draining.push_back(m);
+      } else if (m.lease_expiry > now) {
+        schedulable.push_back(m);
+      }
+    }
+  }
+  auto is_member = [&members](const std::string& node) {
+    for (const Member& m : members) {
+      if (m.spec.node == node) return true;
+    }
+    return false;
+  };
   // Nodes of the current cluster that are gone hold nothing any more.
   std::vector<migration::GpuId> lost;
   std::set<std::string> lost_nodes;
   for (const Node& n : current_cluster.nodes()) {
-    if (membership_.Find(n.name).has_value()) continue;
+    if (is_member(n.name)) continue;
     lost_nodes.insert(n.name);
     for (int g = 0; g < n.num_gpus; ++g) lost.push_back({n.name, g});
   }
@@ -722,8 +750,8 @@ void JobController::Replan(const std::string& trigger) {
     in.new_plan_reason = std::string(answer.status().message());
     // Without an answer the current plan's fate is known only from the
     // membership: a node it uses left or drains.
-    for (const Member& m : membership_.Members()) {
-      if (m.draining && used.count(m.spec.node) > 0) {
+    for (const Member& m : draining) {
+      if (used.count(m.spec.node) > 0) {
         in.current_feasible = false;
         in.current_reason = absl::StrCat("node ", m.spec.node, " drains");
       }
@@ -740,6 +768,25 @@ void JobController::Replan(const std::string& trigger) {
     in.migration_available = answer->migration.available;
     in.migration_reason = answer->migration.reason;
     in.migration_estimate_s = answer->migration.makespan_s;
+  }
+  // A draining node holds its state until the switch commits: it is a
+  // source of the migration, which the planner (pricing the move onto the
+  // new cluster alone) cannot count. When it found no migration while a
+  // node drains, the move is checked on the switch's own cluster.
+  if (answer.ok() && !in.migration_available) {
+    std::vector<Member> with_draining = schedulable;
+    with_draining.insert(with_draining.end(), draining.begin(), draining.end());
+    if (!draining.empty()) {
+      absl::StatusOr<double> makespan = MigrationMakespan(
+          current_plan, current_cluster, answer->new_plan.plan, with_draining);
+      if (makespan.ok()) {
+        in.migration_available = true;
+        in.migration_reason.clear();
+        in.migration_estimate_s = *makespan;
+      } else {
+        in.migration_reason = std::string(makespan.status().message());
+      }
+    }
   }
   // A leave that took state no survivor holds: the planner's migration
   // check says so (the nodes that left are not in the new cluster). Then
@@ -769,6 +816,19 @@ void JobController::Replan(const std::string& trigger) {
   d.decision_s = absl::ToDoubleSeconds(absl::Now() - replan_start);
   if (d.verdict != Verdict::kSwitch) {
     RecordDecision(d, 0);
+    if (d.verdict == Verdict::kKeep) {
+      // A drained node the kept plan does not use holds nothing of it: it
+      // is let go now, as a switch lets go of the nodes it moved off.
+      bool released = false;
+      for (const Member& m : draining) {
+        if (used.count(m.spec.node) == 0 && membership_.Remove(m.spec.node)) {
+          Emit("membership", absl::StrCat("released ", m.spec.node,
+                                          ": the plan does not use it"));
+          released = true;
+        }
+      }
+      if (released) (void)store_->SaveMembers(membership_.Members());
+    }
     if (d.verdict == Verdict::kCannotSwitch) {
       Fail(absl::StrCat("training cannot go on: ", d.reason));
       absl::MutexLock lock(&mu_);
@@ -780,8 +840,8 @@ void JobController::Replan(const std::string& trigger) {
   // The switch's cluster: the new plan's plus the draining nodes still
   // there, which are migration ranks until the switch commits.
   std::vector<Member> switch_members = schedulable;
-  for (const Member& m : membership_.Members()) {
-    if (m.draining) switch_members.push_back(m);
+  for (const Member& m : draining) {
+    switch_members.push_back(m);
   }
   std::sort(switch_members.begin(), switch_members.end(),
             [](const Member& a, const Member& b) { return a.spec.node < b.spec.node; });
@@ -889,6 +949,28 @@ void JobController::Replan(const std::string& trigger) {
     retry_at_ = clock_->Now() + config_.retry_after_failure;
   }
   (void)store_->SaveMembers(membership_.Members());
+}
+
+absl::StatusOr<double> JobController::MigrationMakespan(
+    const Plan& current_plan, const Cluster& current_cluster,
+    const nlohmann::json& new_plan_json, std::vector<Member> members) const {
+  std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
+    return a.spec.node < b.spec.node;
+  });
+  absl::StatusOr<Cluster> cluster =
+      ClusterFromMessage(ClusterOf(members), catalog_, "", "cluster");
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<Plan> plan =
+      PlanFromJson(new_plan_json, *cluster, catalog_, "plan");
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<migration::ModelState> state =
+      ReferenceModelState(config_.job.job);
+  if (!state.ok()) return state.status();
+  const migration::MigrationWorld world(*cluster, catalog_);
+  absl::StatusOr<migration::StateDiff> diff = migration::ComputeDiff(
+      *state, current_plan, current_cluster, *plan, *cluster, world);
+  if (!diff.ok()) return diff.status();
+  return migration::BuildSchedule(*diff, world).makespan_s;
 }
 
 SwitchOutcome JobController::RunSwitch(SwitchTarget target,

@@ -126,6 +126,13 @@ class JobController {
   void StartFirstPlan(const std::string& trigger);
   void Replan(const std::string& trigger);
   void PollAgents();
+  // The estimated makespan of moving the state of `current_plan` to the
+  // planner's new plan placed on `members`' cluster, every member's GPUs a
+  // holder; FailedPrecondition when a byte has no holder there.
+  absl::StatusOr<double> MigrationMakespan(const Plan& current_plan,
+                                           const Cluster& current_cluster,
+                                           const nlohmann::json& new_plan_json,
+                                           std::vector<Member> members) const;
   // Runs `target`; on commit makes it current. Returns the outcome.
   SwitchOutcome RunSwitch(SwitchTarget target, const nlohmann::json& plan_json,
                           const std::string& cluster_json);
@@ -145,6 +152,7 @@ class JobController {
   const std::unique_ptr<PlanSource> planner_;
   const Clock* const clock_;
   const std::unique_ptr<StateStore> store_;
+  std::string controller_id_;  // set by Create, then constant
   Membership membership_;
   Reconfigurer reconfigurer_;
   std::unique_ptr<agent::JobStoreServer> job_store_;

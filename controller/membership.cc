@@ -210,10 +210,13 @@ void Membership::RequestReplan(const std::string& reason) {
   RecordLocked(ChangeKind::kReplan, "", reason, now);
 }
 
-void Membership::Remove(const std::string& node) {
+bool Membership::Remove(const std::string& node) {
   absl::MutexLock lock(&mu_);
-  members_.erase(node);
+  auto it = members_.find(node);
+  if (it == members_.end() || !it->second.draining) return false;
+  members_.erase(it);
   released_.insert(node);
+  return true;
 }
 
 std::vector<MembershipChange> Membership::Tick() {

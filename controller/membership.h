@@ -96,8 +96,10 @@ class Membership {
   absl::Status Drain(const std::string& node, absl::Duration deadline);
   void RequestReplan(const std::string& reason);
   // Removes a drained node once the plan no longer uses it (not a flap);
-  // its heartbeats are refused from then on (see Heartbeat).
-  void Remove(const std::string& node);
+  // its heartbeats are refused from then on (see Heartbeat). Only a member
+  // that drains now is removed (the caller's view may be older); returns
+  // whether it was.
+  bool Remove(const std::string& node);
 
   // Expires the leases that ran out (each a kLeave, counted for flapping)
   // and returns the changes recorded since the last Tick, for the log.

@@ -129,9 +129,19 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
   const absl::Time deadline =
       own_deadline ? target.deadline : start + config_.switch_timeout;
   const std::vector<std::string> nodes = NodesOf(target.cluster);
-  const std::vector<std::string> old_nodes =
-      target.old_cluster ? Reachable(NodesOf(*target.old_cluster), agents)
-                         : std::vector<std::string>{};
+  // The old cluster's nodes that take part: those of the new cluster
+  // (draining nodes are in it as sources). A node that left the old cluster
+  // is no part of the switch even if its agent registered again meanwhile
+  // (it was not prepared; it prepares as a joiner next time).
+  std::vector<std::string> old_in_switch;
+  if (target.old_cluster) {
+    for (const std::string& o : NodesOf(*target.old_cluster)) {
+      if (std::find(nodes.begin(), nodes.end(), o) != nodes.end()) {
+        old_in_switch.push_back(o);
+      }
+    }
+  }
+  const std::vector<std::string> old_nodes = Reachable(old_in_switch, agents);
   const int64_t n = target.generation;
   SwitchOutcome out;
   SwitchTimings& t = out.timings;
@@ -338,9 +348,8 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
     t.agent_pause_s = std::max(t.agent_pause_s, st->pause.seconds);
     t.agent_stage1_s = std::max(t.agent_stage1_s, st->stage1.seconds);
     t.agent_stage2_s = std::max(t.agent_stage2_s, st->stage2.seconds);
-    t.agent_rebuild_s =
-        std::max(t.agent_rebuild_s,
-                 st->rebuild_groups.seconds + st->rebuild_engines.seconds);
+    t.agent_rebuild_s = std::max(t.agent_rebuild_s, st->rebuild_engines.seconds);
+    t.agent_groups_s = std::max(t.agent_groups_s, st->rebuild_groups.seconds);
     t.agent_resume_s = std::max(t.agent_resume_s, st->resume.seconds);
     t.bytes_stage1 += st->stage1.bytes_sent;
     t.bytes_stage2 += st->stage2.bytes_sent;

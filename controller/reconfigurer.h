@@ -96,6 +96,7 @@ struct SwitchTimings {
   double estimated_seconds = 0;     // the agents' schedule estimate (max)
   double agent_pause_s = 0, agent_stage1_s = 0, agent_stage2_s = 0,
          agent_rebuild_s = 0, agent_resume_s = 0;
+  double agent_groups_s = 0;  // built in Prepare, not downtime
 };
 
 struct SwitchOutcome {

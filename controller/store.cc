@@ -4,9 +4,11 @@
 
 #include <filesystem>
 #include <map>
+#include <random>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "glog/logging.h"
 
 namespace arachne::controller {
@@ -200,6 +202,25 @@ absl::Status StateStore::SetMetaLocked(const std::string& key,
     return ErrorLocked("cannot write " + key, rc);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> StateStore::ControllerId() {
+  absl::MutexLock lock(&mu_);
+  {
+    Statement get(db_, "SELECT value FROM meta WHERE key='controller_id';");
+    if (get.rc() != SQLITE_OK) return ErrorLocked("cannot read", get.rc());
+    if (get.Step() == SQLITE_ROW) return get.Text(0);
+  }
+  // Not a secret against someone who can read the database or the wire
+  // without TLS; it tells two controllers apart, so that an agent never
+  // obeys a controller of another job (or a stale copy of this one).
+  std::random_device random;
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppendFormat(&id, "%08x", static_cast<uint32_t>(random()));
+  }
+  if (absl::Status s = SetMetaLocked("controller_id", id); !s.ok()) return s;
+  return id;
 }
 
 absl::Status StateStore::DeleteMetaLocked(const std::string& key) {

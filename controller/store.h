@@ -102,6 +102,10 @@ class StateStore {
   absl::StatusOr<std::vector<DecisionRecord>> RecentDecisions(int limit);
   absl::Status SaveSwitchRecord(const SwitchRecord& record);
   absl::StatusOr<std::vector<SwitchRecord>> SwitchRecords();
+  // This job's controller identity: 32 hex digits drawn once, when the
+  // database is created, and kept across restarts. Agents registered with
+  // the controller accept commands carrying it only (docs/agent.md).
+  absl::StatusOr<std::string> ControllerId();
 
  private:
   StateStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}

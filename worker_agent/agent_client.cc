@@ -130,6 +130,10 @@ class GrpcAgentClient final : public AgentClient {
       context->AddMetadata("authorization",
                            absl::StrCat("Bearer ", config_.token));
     }
+    if (!config_.controller_id.empty()) {
+      context->AddMetadata(std::string(kControllerIdMetadata),
+                           config_.controller_id);
+    }
   }
 
   absl::Duration PhaseDeadline(absl::Duration timeout) const {

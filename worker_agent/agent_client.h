@@ -21,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "planner_service/core/gpu_catalog.h"
 #include "rpc/credentials.h"
+#include "worker_agent/controller_identity.h"
 #include "worker_agent/node_runtime.h"
 
 namespace arachne::agent {
@@ -30,6 +31,9 @@ struct AgentClientConfig {
   // Sent as `authorization: Bearer <token>` on every call when not empty.
   std::string token;
   ClientTlsConfig tls;  // plaintext without tls.ca_file
+  // Sent as `x-arachne-controller-id` when not empty: the controller's
+  // identity, which an agent registered with that controller requires.
+  std::string controller_id;
   // Deadline of the calls without a phase timeout (Prepare, Commit, Resume,
   // Abort, Status, SaveCheckpoint).
   absl::Duration call_timeout = absl::Minutes(5);

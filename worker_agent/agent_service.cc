@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "rpc/grpc_status.h"
 #include "rpc/server.h"
 #include "worker_agent/agent_proto_convert.h"
+#include "worker_agent/controller_identity.h"
 
 namespace arachne::agent {
 namespace {
@@ -54,6 +56,9 @@ grpc::Status AgentService::Run(grpc::ServerContext* context, const char* method,
                                int64_t generation, Work work) {
   const absl::Time start = absl::Now();
   absl::Status status = CheckBearerToken(*context, config_.bearer_token);
+  if (status.ok() && std::string_view(method) != "Status") {
+    status = CheckController(*context, method);
+  }
   if (status.ok()) {
     // The runtime reports failures as Status; an exception escaping it
     // (LibTorch throws) must still not take the agent and its other ranks
@@ -78,6 +83,46 @@ grpc::Status AgentService::Run(grpc::ServerContext* context, const char* method,
                  << absl::FormatDuration(took) << ": " << status.message();
   }
   return ToGrpcStatus(status);
+}
+
+void AgentService::BindController(const std::string& controller_id) {
+  absl::MutexLock lock(&bind_mu_);
+  if (controller_id_ != controller_id) {
+    LOG(INFO) << "commands are accepted from controller "
+              << config_.controller_address << " (id " << controller_id
+              << ") only";
+  }
+  controller_id_ = controller_id;
+}
+
+absl::Status AgentService::CheckController(const grpc::ServerContext& context,
+                                           const char* method) const {
+  if (!config_.require_controller) return absl::OkStatus();
+  std::string bound;
+  {
+    absl::MutexLock lock(&bind_mu_);
+    bound = controller_id_;
+  }
+  if (bound.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        method, ": this agent takes commands from its controller ",
+        config_.controller_address,
+        " only, and has not registered with it yet"));
+  }
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(grpc::string_ref(kControllerIdMetadata.data(),
+                                           kControllerIdMetadata.size()));
+  const std::string given =
+      it == metadata.end() ? std::string()
+                           : std::string(it->second.data(),
+                                         std::min<size_t>(it->second.size(), 64));
+  if (given == bound) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      method, ": this agent takes commands from its controller ",
+      config_.controller_address, " (id ", bound, ") only; the call from ",
+      context.peer(),
+      given.empty() ? std::string(" carries no controller id")
+                    : absl::StrCat(" carries controller id \"", given, "\"")));
 }
 
 grpc::Status AgentService::Prepare(grpc::ServerContext* context,

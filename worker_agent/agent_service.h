@@ -41,6 +41,13 @@ struct AgentServiceConfig {
   // When not empty, every call must carry the metadata `authorization:
   // Bearer <token>` or is answered UNAUTHENTICATED.
   std::string bearer_token;
+  // The agent registers with a controller (--controller): commands
+  // (everything but Status) are PERMISSION_DENIED until it has registered,
+  // and then unless they carry that controller's identity
+  // (x-arachne-controller-id, BindController). Without it the agent obeys
+  // any caller that passes the token (a driver or test plays controller).
+  bool require_controller = false;
+  std::string controller_address;  // for messages
 };
 
 class AgentService final : public v1::Agent::Service {
@@ -79,7 +86,15 @@ class AgentService final : public v1::Agent::Service {
                               const v1::SaveCheckpointRequest* request,
                               v1::SaveCheckpointResponse* response) override;
 
+  // The controller this agent registered with: from now on commands must
+  // carry `controller_id`. A later Register (the controller restarted with
+  // another state directory) rebinds. Thread-safe.
+  void BindController(const std::string& controller_id);
+
  private:
+  // PermissionDenied unless the caller may command this agent.
+  absl::Status CheckController(const grpc::ServerContext& context,
+                               const char* method) const;
   // Authenticates, runs `work` (turning an exception escaping the runtime
   // into INTERNAL rather than a crash), logs the outcome and maps it.
   template <typename Work>
@@ -90,6 +105,8 @@ class AgentService final : public v1::Agent::Service {
   const GpuCatalog catalog_;
   const std::vector<ModelSpec> models_;
   const AgentServiceConfig config_;
+  mutable absl::Mutex bind_mu_;
+  std::string controller_id_ ABSL_GUARDED_BY(bind_mu_);
 };
 
 struct AgentServerConfig {

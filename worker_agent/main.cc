@@ -77,7 +77,9 @@ int main(int argc, char** argv) {
       settings->catalog);
   arachne::agent::AgentService service(
       runtime.get(), settings->catalog, settings->models,
-      {.bearer_token = settings->bearer_token});
+      {.bearer_token = settings->bearer_token,
+       .require_controller = !settings->controller.empty(),
+       .controller_address = settings->controller});
   auto server = arachne::agent::AgentServer::Start(
       &service, {.listen = settings->listen, .tls = settings->tls});
   if (!server.ok()) {
@@ -111,6 +113,9 @@ int main(int argc, char** argv) {
     config.gpus = settings->gpu_count;
     config.memory_gib = type.memory_gib;
     config.address = absl::StrCat(settings->host, ":", (*server)->port());
+    config.on_registered = [&service](const std::string& controller_id) {
+      service.BindController(controller_id);
+    };
     absl::StatusOr<std::unique_ptr<arachne::agent::ControllerRegistration>> r =
         arachne::agent::ControllerRegistration::Start(std::move(config));
     if (!r.ok()) {

@@ -109,10 +109,14 @@ absl::Status ControllerRegistration::CallRegister() {
       FromGrpcStatus(stub_->Register(&context, request, &response),
                      absl::StrCat("controller ", config_.controller));
   if (!s.ok()) return s;
+  // Bound before the controller can send its first command: it plans only
+  // after this answer, on its next reconcile tick.
+  if (config_.on_registered) config_.on_registered(response.controller_id());
   absl::MutexLock lock(&mu_);
   state_.registered = true;
   state_.lease_s = response.lease_s();
   state_.generation = response.generation();
+  state_.controller_id = response.controller_id();
   ++state_.registers;
   return absl::OkStatus();
 }

@@ -19,6 +19,7 @@
 #define ARACHNE_WORKER_AGENT_REGISTRATION_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -48,6 +49,9 @@ struct RegistrationConfig {
   absl::Duration max_backoff = absl::Seconds(10);
   // Deadline of each Register / Heartbeat call.
   absl::Duration call_timeout = absl::Seconds(5);
+  // Called (on the loop's thread) after each successful Register with the
+  // controller's identity, so the agent obeys that controller only.
+  std::function<void(const std::string& controller_id)> on_registered;
 };
 
 // What the loop knows now (for logs and tests).
@@ -55,6 +59,7 @@ struct RegistrationState {
   bool registered = false;  // the last Register or Heartbeat succeeded
   double lease_s = 0;       // as the controller granted it
   int64_t generation = 0;   // the job's generation at the last Register
+  std::string controller_id;  // the controller's identity, last Register
   int64_t registers = 0;    // successful Register calls
   int64_t heartbeats = 0;   // successful Heartbeat calls
   int64_t failures = 0;     // failed calls of either kind

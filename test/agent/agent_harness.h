@@ -40,11 +40,13 @@ inline std::string AgentBinary() {
 class AgentProcess {
  public:
   AgentProcess(std::string node, int gpus, std::string dir,
-               std::vector<std::string> extra_args = {})
+               std::vector<std::string> extra_args = {},
+               std::string gpu_type = "A6000")
       : node_(std::move(node)),
         gpus_(gpus),
         dir_(std::move(dir)),
-        extra_args_(std::move(extra_args)) {}
+        extra_args_(std::move(extra_args)),
+        gpu_type_(std::move(gpu_type)) {}
   ~AgentProcess() { Kill(); }
 
   absl::Status Start() {
@@ -53,7 +55,7 @@ class AgentProcess {
     const std::string log = dir_ + "/" + node_ + ".log";
     std::vector<std::string> argv = {AgentBinary(),
                                      "--node", node_,
-                                     "--gpu-type", "A6000",
+                                     "--gpu-type", gpu_type_,
                                      "--virtual-gpus", std::to_string(gpus_),
                                      "--listen", "127.0.0.1:0",
                                      "--port-file", port_file};
@@ -90,6 +92,17 @@ class AgentProcess {
     }
     return absl::DeadlineExceededError(absl::StrCat("agent ", node_, " did not start"));
   }
+  // Commands from now on carry `id` (x-arachne-controller-id): what an
+  // agent registered with that controller requires.
+  absl::Status SetControllerId(const std::string& id) {
+    AgentClientConfig c;
+    c.address = address_;
+    c.controller_id = id;
+    auto client = AgentClient::Connect(c);
+    if (!client.ok()) return client.status();
+    client_ = *std::move(client);
+    return absl::OkStatus();
+  }
   // SIGKILL: the ungraceful death of a node.
   void Kill() {
     if (pid_ > 0) {
@@ -100,6 +113,7 @@ class AgentProcess {
   }
   bool alive() const { return pid_ > 0; }
   const std::string& node() const { return node_; }
+  const std::string& address() const { return address_; }
   AgentClient& client() { return *client_; }
 
  private:
@@ -107,6 +121,7 @@ class AgentProcess {
   int gpus_;
   std::string dir_;
   std::vector<std::string> extra_args_;
+  std::string gpu_type_;
   pid_t pid_ = -1;
   std::string address_;
   std::unique_ptr<AgentClient> client_;

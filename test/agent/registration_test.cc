@@ -31,6 +31,7 @@ class RecordingController final : public v1::Controller::Service {
     tokens_.push_back(Token(*context));
     response->set_lease_s(lease_s_);
     response->set_generation(3);
+    response->set_controller_id("c0ffee");
     return grpc::Status::OK;
   }
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* r,
@@ -133,9 +134,20 @@ TEST(Registration, RegistersThenHeartbeatsEveryThirdOfTheLease) {
   Server server(&controller);
   RegistrationConfig config = Config(server.port);
   config.token = "tok";
+  absl::Mutex bound_mu;
+  std::string bound;
+  config.on_registered = [&](const std::string& id) {
+    absl::MutexLock lock(&bound_mu);
+    bound = id;
+  };
   auto r = ControllerRegistration::Start(config);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(Eventually([&] { return controller.registers() == 1; }));
+  // The agent binds to the controller that answered.
+  ASSERT_TRUE(Eventually([&] {
+    absl::MutexLock lock(&bound_mu);
+    return bound == "c0ffee";
+  }));
   const v1::RegisterRequest reg = controller.first_register();
   EXPECT_EQ(reg.node(), "n0");
   EXPECT_EQ(reg.gpu_type(), "A6000");
@@ -155,6 +167,7 @@ TEST(Registration, RegistersThenHeartbeatsEveryThirdOfTheLease) {
   EXPECT_TRUE(st.registered);
   EXPECT_DOUBLE_EQ(st.lease_s, 0.6);
   EXPECT_EQ(st.generation, 3);
+  EXPECT_EQ(st.controller_id, "c0ffee");
 }
 
 TEST(Registration, NotFoundRegistersAgain) {

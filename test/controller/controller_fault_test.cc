@@ -681,6 +681,28 @@ TEST(ControllerFault, BadRequestsAreRefusedPreciselyAndNothingChanges) {
     expect(controller.stub().Heartbeat(&ctx, r, &out),
            grpc::StatusCode::NOT_FOUND, "node: \"zz\" is not registered");
   }
+  // The agents obey their controller only: a command without its identity,
+  // or with another controller's, is refused; Status still answers.
+  for (const std::string& id : {std::string(), std::string("0123456789abcdef")}) {
+    agent::AgentClientConfig c;
+    c.address = a->client().address();
+    c.controller_id = id;
+    auto other = agent::AgentClient::Connect(c);
+    ASSERT_TRUE(other.ok());
+    absl::Status s = (*other)->Abort(1);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat("Abort: this agent takes commands from "
+                                       "its controller ", controller.address(),
+                                       " (id ", before.controller_id(),
+                                       ") only")));
+    EXPECT_THAT(s.message(),
+                HasSubstr(id.empty() ? std::string("carries no controller id")
+                                     : absl::StrCat("carries controller id \"",
+                                                    id, "\"")));
+    EXPECT_TRUE((*other)->Status(0).ok());
+  }
+  EXPECT_EQ(before.controller_id().size(), 32u);
 
   // Nothing changed: the same members, generation and plan, no decision,
   // and training ran on exactly as without the requests.

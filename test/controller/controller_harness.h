@@ -198,7 +198,7 @@ class ControllerProcess {
   }
   v1::Controller::Stub& stub() { return *stub_; }
 
-  absl::StatusOr<v1::GetStatusResponse> Status() {
+  absl::StatusOr<v1::GetStatusResponse> Status() const {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(10));
@@ -238,6 +238,12 @@ inline std::unique_ptr<AgentProcess> StartAgent(const std::string& node,
   auto a = std::make_unique<AgentProcess>(
       node, gpus, dir, std::vector<std::string>{"--controller", c.address()});
   absl::Status s = a->Start();
+  CHECK(s.ok()) << s;
+  // The test acts for the controller (SaveCheckpoint to gather the state),
+  // so its client carries the controller's identity.
+  absl::StatusOr<v1::GetStatusResponse> st = c.Status();
+  CHECK(st.ok()) << st.status();
+  s = a->SetControllerId(st->controller_id());
   CHECK(s.ok()) << s;
   return a;
 }

@@ -143,8 +143,13 @@ TEST(Membership, AReleasedNodesHeartbeatIsRefusedUntilItRegistersAgain) {
   FakeClock clock;
   Membership m(Config(), &clock);
   ASSERT_TRUE(*m.Register(Spec("a")));
+  ASSERT_TRUE(*m.Register(Spec("c")));
+  // Only a draining member is released (the caller's view may be stale).
+  EXPECT_FALSE(m.Remove("c"));
+  EXPECT_TRUE(m.Find("c").has_value());
   ASSERT_TRUE(m.Drain("a", absl::Seconds(30)).ok());
-  m.Remove("a");
+  EXPECT_TRUE(m.Remove("a"));
+  EXPECT_FALSE(m.Remove("a"));
   absl::Status s = m.Heartbeat("a");
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(s.message(), HasSubstr("was drained and released"));
