@@ -1,7 +1,8 @@
 // The planning service's requests (arachne.v1.Planner: Plan, Evaluate,
 // Replan) as the server receives them: the first byte picks the RPC, the
 // rest is the request's wire bytes (ParseFromString). A request that parses
-// goes through what the handler does before any search: the model
+// goes through what the service checks before any search: the options
+// (ValidatePlanningOptions, Plan and Replan), the model
 // (ResolveModelRef, catalog name or hf_config_json), the training
 // (ResolveTraining), each cluster (ClusterFromMessage) and each plan
 // (PlanProtoToJson, then PlanFromJson on its cluster). Each step is a
@@ -12,8 +13,10 @@
 
 #include "arachne/v1/planner.pb.h"
 #include "fuzz/fuzz_checks.h"
+#include "google/protobuf/stubs/logging.h"
 #include "planner_service/api/planner_handler_impl.h"
 #include "planner_service/api/proto_convert.h"
+#include "planner_service/core/planning_options.h"
 #include "planner_service/io/cluster_io.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
@@ -41,6 +44,20 @@ void ResolveModelAndTraining(const v1::ModelRef& model,
                         "training");
 }
 
+// The options as the service checks them (core/planning_options.h).
+void CheckOptions(const v1::PlannerOptions& o) {
+  PlanningOptionsInput input;
+  input.planner = o.planner();
+  input.budget_s = o.budget_s();
+  input.max_evaluations = o.max_evaluations();
+  input.max_depth = o.max_depth();
+  input.max_templates = o.max_templates();
+  input.objective = o.objective();
+  if (o.has_policy_rollouts()) input.policy_rollouts = o.policy_rollouts();
+  fuzz::CheckInputError(ValidatePlanningOptions(input, kRequestOptionNames),
+                        "options");
+}
+
 // The cluster, and the plan on it when both resolve.
 void ResolveClusterAndPlan(const v1::Cluster& cluster_message,
                            absl::string_view cluster_field,
@@ -60,12 +77,21 @@ void ResolveClusterAndPlan(const v1::Cluster& cluster_message,
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace arachne;
+  // Protobuf logs every string field that is not UTF-8 before refusing the
+  // message: hundreds of MB of log per campaign, and slower fuzzing.
+  static const bool quiet = [] {
+    google::protobuf::SetLogHandler(
+        [](google::protobuf::LogLevel, const char*, int, const std::string&) {});
+    return true;
+  }();
+  (void)quiet;
   if (size == 0) return 0;
   const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   switch (data[0] % 3) {
     case 0: {
       v1::PlanRequest request;
       if (!request.ParseFromString(bytes)) return 0;
+      CheckOptions(request.options());
       ResolveModelAndTraining(request.model(), request.training());
       ResolveClusterAndPlan(request.cluster(), "cluster", nullptr, "");
       break;
@@ -81,6 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 2: {
       v1::ReplanRequest request;
       if (!request.ParseFromString(bytes)) return 0;
+      CheckOptions(request.options());
       ResolveModelAndTraining(request.model(), request.training());
       ResolveClusterAndPlan(request.new_cluster(), "new_cluster", nullptr, "");
       ResolveClusterAndPlan(request.current_cluster(), "current_cluster",
