@@ -528,6 +528,10 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
   m.checkpoint_dir = args.checkpoint_dir;
   m.next = std::move(gen);
   m.prepared_result = result;
+  // The phase timings Status reports are this switch's from now on: a node
+  // that takes no part in a phase (a joiner is not paused) reports 0 for
+  // it, not a figure left from an earlier switch.
+  m.t_pause = m.t_stage1 = m.t_stage2 = m.t_engines = m.t_resume = {};
   if (m.current == nullptr) m.phase = Phase::kPrepared;
   if (m.phase == Phase::kStopped || m.phase == Phase::kFailed) {
     m.phase = Phase::kPaused;  // nothing of the current generation runs

@@ -459,7 +459,7 @@ TEST_P(ControllerKilled, RestartFinishesOrRollsBackConsistently) {
   if (past_commit) {
     EXPECT_TRUE(AnyEventContains(
         events, "phase",
-        "restart: finished the switch to generation 2 found at resume "
+        "restart: finished the switch to generation 2 found at commit "
         "(committed on a, b, c)"));
     st = WaitFor(
         controller, [](const Status& s) { return s.phase() == "finished"; },
@@ -469,7 +469,8 @@ TEST_P(ControllerKilled, RestartFinishesOrRollsBackConsistently) {
   } else {
     EXPECT_TRUE(AnyEventContains(
         events, "phase",
-        "restart: rolled back the switch to generation 2 found at migrate1"));
+        "restart: rolled back the switch to generation 2, found before its "
+        "commit"));
     // The join is planned again (generation 2 is burnt): generation 3.
     st = WaitFor(
         controller, [](const Status& s) { return s.phase() == "finished"; },
