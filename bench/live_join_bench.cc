@@ -37,6 +37,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
 #include "test/controller/controller_harness.h"
 
@@ -103,6 +104,26 @@ double EventTime(const std::vector<v1::Event>& events, const std::string& kind,
   return 0;
 }
 
+// A plan in one line: per template, each replica's stages as node:GPUs
+// ("pro6000-0:0 | a6000-0:0,1" is two stages), and the prediction.
+std::string PlanSummary(const v1::GetStatusResponse& s) {
+  std::vector<std::string> templates;
+  for (const v1::Template& t : s.plan().templates()) {
+    std::vector<std::string> replicas;
+    for (const v1::ReplicaPlacement& r : t.placement()) {
+      std::vector<std::string> stages;
+      for (const v1::StagePlacement& st : r.stages()) {
+        stages.push_back(absl::StrCat(st.node(), ":", absl::StrJoin(st.gpus(), ",")));
+      }
+      replicas.push_back(absl::StrJoin(stages, " | "));
+    }
+    templates.push_back(absl::StrCat("[", absl::StrJoin(replicas, "] ["), "]"));
+  }
+  return absl::StrFormat("%s, %.1f it/s predicted",
+                         absl::StrJoin(templates, " + "),
+                         s.plan().throughput_iters_per_s());
+}
+
 double AgentWork(const v1::SwitchTimings& t) {
   return t.agent_pause_s() + t.agent_stage1_s() + t.agent_stage2_s() +
          t.agent_rebuild_s() + t.agent_resume_s();
@@ -114,6 +135,7 @@ struct JoinRow {
   double seen_s = 0;  // agent registered -> decision recorded
   v1::Decision decision;
   v1::SwitchTimings timings;  // a switch only
+  std::string plan_after;
   double tokens_per_s_before = 0, tokens_per_s_after = 0;
 };
 
@@ -139,7 +161,7 @@ absl::Status Growth(const std::string& dir, std::vector<JoinRow>* rows,
       },
       absl::Seconds(120), "the first plan training");
   if (!st.ok()) return st.status();
-  *first_plan = st->plan().ShortDebugString();
+  *first_plan = PlanSummary(*st);
 
   const std::vector<std::pair<std::string, std::string>> joins = {
       {"a6000-0", "A6000"}, {"a5000-0", "A5000"},
@@ -195,6 +217,7 @@ absl::Status Growth(const std::string& dir, std::vector<JoinRow>* rows,
         absl::Seconds(180), "iterations after the join");
     if (!st.ok()) return st.status();
     row.tokens_per_s_after = st->tokens_per_s();
+    row.plan_after = PlanSummary(*st);
     rows->push_back(row);
     std::fprintf(stderr, "growth: %s joined (%d GPUs): %s\n", node.c_str(),
                  gpus, row.decision.verdict().c_str());
@@ -465,7 +488,8 @@ void Write(const std::string& out_dir, const std::vector<JoinRow>& rows,
         "stage 2, rebuild and resume) is what the controller adds.\n\n";
   md << "## Growth (Figure 8's sequence: 3 RTX PRO 6000, then + A6000, "
         "A5000, A6000, A6000 nodes)\n\n";
-  md << "First plan: `" << first_plan.substr(0, 300) << "`\n\n";
+  md << "First plan (each replica's stages, node:GPUs): " << first_plan
+     << "\n\n";
   md << "| join | GPUs | verdict | seen→decided s | planner s | decision s | "
         "old→new it/s (pred.) | downtime s | pause | stage 1 | stage 2 | "
         "rebuild | commit | resume | agents' work s | controller overhead "
@@ -494,6 +518,10 @@ void Write(const std::string& out_dir, const std::vector<JoinRow>& rows,
         t.commit_s(), t.resume_s(), AgentWork(t),
         1000 * (t.downtime_s() - AgentWork(t)), t.bytes_stage1(),
         t.bytes_stage2(), r.tokens_per_s_before, r.tokens_per_s_after);
+  }
+  md << "\nThe plan after each join:\n\n";
+  for (const JoinRow& r : rows) {
+    md << "- " << r.node << ": " << r.plan_after << "\n";
   }
   md << "\nThe paper (§7, Reconfiguration overhead): 19.2–21.5 s of stopped "
         "training per join on its hardware testbed (planner 2.16 s, release "
