@@ -111,17 +111,13 @@ absl::StatusOr<TrainingConfig> ResolveTraining(const TrainingSpec& spec) {
 absl::StatusOr<ModelSpec> ResolveModelRef(
     const ModelRef& ref, const std::vector<ModelSpec>& models) {
   if (!ref.hf_config_json.empty()) {
-    nlohmann::json config = nlohmann::json::parse(ref.hf_config_json, nullptr,
-                                                  /*allow_exceptions=*/false);
-    if (config.is_discarded() || !config.is_object()) {
-      return absl::InvalidArgumentError(
-          "model.hf_config_json: not a JSON object");
-    }
+    // The request's text through the readers' limits (size, depth, UTF-8,
+    // numbers that fit a double), with the position of a syntax error.
     const std::string name = ref.name.empty() ? "custom" : ref.name;
-    absl::StatusOr<ModelSpec> m = ModelFromHfConfig(config, name);
+    absl::StatusOr<ModelSpec> m = ModelFromHfConfigText(
+        ref.hf_config_json, name, "model.hf_config_json");
     if (!m.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.hf_config_json: ", m.status().message()));
+      return absl::InvalidArgumentError(m.status().message());
     }
     return m;
   }

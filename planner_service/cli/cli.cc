@@ -30,6 +30,7 @@
 #include "planner_service/core/search_tracker.h"
 #include "planner_service/io/cluster_io.h"
 #include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/data_files.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
 #include "planner_service/io/planning_context.h"
@@ -175,15 +176,14 @@ absl::Status FillRemoteInputs(const InputFlags& f, const PlanningContext& ctx,
                               ClusterSpec* cluster) {
   std::error_code ec;
   if (std::filesystem::is_regular_file(f.model, ec)) {
-    std::ifstream in(f.model);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) {
-      return absl::NotFoundError(
-          absl::StrCat("--model: cannot read \"", f.model, "\""));
+    // Within the readers' size limit, as every file the CLI reads.
+    absl::StatusOr<std::string> text = ReadFileToString(f.model);
+    if (!text.ok()) {
+      return absl::Status(text.status().code(),
+                          absl::StrCat("--model: ", text.status().message()));
     }
     model->name = ctx.model().name;
-    model->hf_config_json = text.str();
+    model->hf_config_json = *std::move(text);
   } else {
     model->name = f.model;
   }

@@ -304,6 +304,24 @@ TEST(RequestChecksTest, PlanWithMoreStagesThanLayersIsRejectedFast) {
                         "model of 32 layers"));
 }
 
+// A request's config.json goes through the file readers' limits, and a
+// syntax error or a number beyond a double names its position.
+TEST(RequestChecksTest, HfConfigTextErrorsNameTheirPosition) {
+  auto handler = PlannerHandlerImpl::Create({});
+  ASSERT_TRUE(handler.ok()) << handler.status();
+  PlanQuery q;
+  q.cluster = SmallPlanRequest().cluster();
+  q.model.hf_config_json = R"({"hidden_size": 1e999})";
+  absl::StatusOr<PlanAnswer> a = (*handler)->Plan(q);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(a.status().message(), HasSubstr("model.hf_config_json:1:"));
+  q.model.hf_config_json = std::string(70000, '[') + std::string(70000, ']');
+  a = (*handler)->Plan(q);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(a.status().message(), HasSubstr("model.hf_config_json"));
+  EXPECT_THAT(a.status().message(), HasSubstr("64"));
+}
+
 grpc::Status Check(const std::shared_ptr<grpc::Channel>& channel,
                    HealthCheckResponse* response) {
   grpc::ClientContext ctx;
