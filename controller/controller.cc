@@ -710,6 +710,12 @@ void JobController::Replan(const std::string& trigger) {
       }
     }
   }
+  // The switch's cluster: the new plan's plus the draining nodes still
+  // there, which are migration ranks until the switch commits.
+  std::vector<Member> switch_members = schedulable;
+  switch_members.insert(switch_members.end(), draining.begin(), draining.end());
+  std::sort(switch_members.begin(), switch_members.end(),
+            [](const Member& a, const Member& b) { return a.spec.node < b.spec.node; });
   auto is_member = [&members](const std::string& node) {
     for (const Member& m : members) {
       if (m.spec.node == node) return true;
@@ -773,19 +779,15 @@ void JobController::Replan(const std::string& trigger) {
   // source of the migration, which the planner (pricing the move onto the
   // new cluster alone) cannot count. When it found no migration while a
   // node drains, the move is checked on the switch's own cluster.
-  if (answer.ok() && !in.migration_available) {
-    std::vector<Member> with_draining = schedulable;
-    with_draining.insert(with_draining.end(), draining.begin(), draining.end());
-    if (!draining.empty()) {
-      absl::StatusOr<double> makespan = MigrationMakespan(
-          current_plan, current_cluster, answer->new_plan.plan, with_draining);
-      if (makespan.ok()) {
-        in.migration_available = true;
-        in.migration_reason.clear();
-        in.migration_estimate_s = *makespan;
-      } else {
-        in.migration_reason = std::string(makespan.status().message());
-      }
+  if (answer.ok() && !in.migration_available && !draining.empty()) {
+    absl::StatusOr<double> makespan = MigrationMakespan(
+        current_plan, current_cluster, answer->new_plan.plan, switch_members);
+    if (makespan.ok()) {
+      in.migration_available = true;
+      in.migration_reason.clear();
+      in.migration_estimate_s = *makespan;
+    } else {
+      in.migration_reason = std::string(makespan.status().message());
     }
   }
   // A leave that took state no survivor holds: the planner's migration
@@ -837,14 +839,6 @@ void JobController::Replan(const std::string& trigger) {
     return;
   }
 
-  // The switch's cluster: the new plan's plus the draining nodes still
-  // there, which are migration ranks until the switch commits.
-  std::vector<Member> switch_members = schedulable;
-  for (const Member& m : draining) {
-    switch_members.push_back(m);
-  }
-  std::sort(switch_members.begin(), switch_members.end(),
-            [](const Member& a, const Member& b) { return a.spec.node < b.spec.node; });
   absl::StatusOr<Cluster> cluster =
       ClusterFromMessage(ClusterOf(switch_members), catalog_, "", "cluster");
   CHECK(cluster.ok()) << cluster.status();
@@ -953,10 +947,8 @@ void JobController::Replan(const std::string& trigger) {
 
 absl::StatusOr<double> JobController::MigrationMakespan(
     const Plan& current_plan, const Cluster& current_cluster,
-    const nlohmann::json& new_plan_json, std::vector<Member> members) const {
-  std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
-    return a.spec.node < b.spec.node;
-  });
+    const nlohmann::json& new_plan_json,
+    const std::vector<Member>& members) const {
   absl::StatusOr<Cluster> cluster =
       ClusterFromMessage(ClusterOf(members), catalog_, "", "cluster");
   if (!cluster.ok()) return cluster.status();

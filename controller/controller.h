@@ -127,12 +127,13 @@ class JobController {
   void Replan(const std::string& trigger);
   void PollAgents();
   // The estimated makespan of moving the state of `current_plan` to the
-  // planner's new plan placed on `members`' cluster, every member's GPUs a
-  // holder; FailedPrecondition when a byte has no holder there.
-  absl::StatusOr<double> MigrationMakespan(const Plan& current_plan,
-                                           const Cluster& current_cluster,
-                                           const nlohmann::json& new_plan_json,
-                                           std::vector<Member> members) const;
+  // planner's new plan placed on the cluster of `members` (sorted by node,
+  // as the switch's cluster is), every member's GPUs a holder;
+  // FailedPrecondition when a byte has no holder there.
+  absl::StatusOr<double> MigrationMakespan(
+      const Plan& current_plan, const Cluster& current_cluster,
+      const nlohmann::json& new_plan_json,
+      const std::vector<Member>& members) const;
   // Runs `target`; on commit makes it current. Returns the outcome.
   SwitchOutcome RunSwitch(SwitchTarget target, const nlohmann::json& plan_json,
                           const std::string& cluster_json);
