@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "test/engine/engine_harness.h"
+#include "test/port_file_process.h"
 #include "worker_agent/agent_client.h"
 #include "worker_agent/checkpoint.h"
 #include "worker_agent/job_store.h"
@@ -51,7 +52,6 @@ class AgentProcess {
 
   absl::Status Start() {
     const std::string port_file = dir_ + "/" + node_ + ".port";
-    std::filesystem::remove(port_file);
     const std::string log = dir_ + "/" + node_ + ".log";
     std::vector<std::string> argv = {AgentBinary(),
                                      "--node", node_,
@@ -60,37 +60,18 @@ class AgentProcess {
                                      "--listen", "127.0.0.1:0",
                                      "--port-file", port_file};
     argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      FILE* f = freopen(log.c_str(), "w", stderr);
-      (void)f;
-      std::vector<char*> args;
-      for (std::string& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < deadline) {
-      std::ifstream f(port_file);
-      int port = 0;
-      if (f >> port && port > 0) {
-        address_ = absl::StrCat("127.0.0.1:", port);
-        AgentClientConfig c;
-        c.address = address_;
-        auto client = AgentClient::Connect(c);
-        if (!client.ok()) return client.status();
-        client_ = *std::move(client);
-        return absl::OkStatus();
-      }
-      int st = 0;
-      if (waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        return absl::InternalError(absl::StrCat("agent ", node_, " exited; see ", log));
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return absl::DeadlineExceededError(absl::StrCat("agent ", node_, " did not start"));
+    absl::StatusOr<arachne::testing::StartedProcess> p =
+        arachne::testing::StartWithPortFile(std::move(argv), log, port_file,
+                                            absl::StrCat("agent ", node_));
+    if (!p.ok()) return p.status();
+    pid_ = p->pid;
+    address_ = absl::StrCat("127.0.0.1:", p->port);
+    AgentClientConfig c;
+    c.address = address_;
+    auto client = AgentClient::Connect(c);
+    if (!client.ok()) return client.status();
+    client_ = *std::move(client);
+    return absl::OkStatus();
   }
   // Commands from now on carry `id` (x-arachne-controller-id): what an
   // agent registered with that controller requires.

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "test/cli/cli_runner.h"
+#include "test/port_file_process.h"
 
 namespace arachne {
 namespace {
@@ -67,31 +68,13 @@ class ControllerProcess {
                                      "--listen", "127.0.0.1:0",
                                      "--port-file", port_file};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      FILE* f = freopen(log.c_str(), "w", stderr);
-      (void)f;
-      std::vector<char*> args;
-      for (std::string& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < deadline) {
-      std::ifstream f(port_file);
-      int port = 0;
-      if (f >> port && port > 0) {
-        address_ = absl::StrCat("127.0.0.1:", port);
-        return ::testing::AssertionSuccess();
-      }
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        return ::testing::AssertionFailure() << "controller exited; see " << log;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return ::testing::AssertionFailure() << "controller did not start";
+    absl::StatusOr<arachne::testing::StartedProcess> p =
+        arachne::testing::StartWithPortFile(std::move(argv), log, port_file,
+                                            "controller");
+    if (!p.ok()) return ::testing::AssertionFailure() << p.status().message();
+    pid_ = p->pid;
+    address_ = absl::StrCat("127.0.0.1:", p->port);
+    return ::testing::AssertionSuccess();
   }
   // SIGTERM and wait: the controller shuts down gracefully.
   void Stop() {

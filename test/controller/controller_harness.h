@@ -138,7 +138,6 @@ class ControllerProcess {
     const std::string job = dir_ + "/job.yaml";
     std::ofstream(job) << job_yaml;
     const std::string port_file = dir_ + "/controller.port";
-    std::filesystem::remove(port_file);
     const std::string log =
         absl::StrCat(dir_, "/controller-", starts_++, ".log");
     std::vector<std::string> argv = {
@@ -152,34 +151,14 @@ class ControllerProcess {
         "--port-file",
         port_file};
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      FILE* f = freopen(log.c_str(), "w", stderr);
-      (void)f;
-      std::vector<char*> args;
-      for (std::string& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < deadline) {
-      std::ifstream f(port_file);
-      int port = 0;
-      if (f >> port && port > 0) {
-        stub_ = v1::Controller::NewStub(
-            grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
-        return absl::OkStatus();
-      }
-      int st = 0;
-      if (waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        return absl::InternalError(
-            absl::StrCat("controller exited; see ", log));
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return absl::DeadlineExceededError("controller did not start");
+    absl::StatusOr<arachne::testing::StartedProcess> p =
+        arachne::testing::StartWithPortFile(std::move(argv), log, port_file,
+                                            "controller");
+    if (!p.ok()) return p.status();
+    pid_ = p->pid;
+    stub_ = v1::Controller::NewStub(
+        grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
+    return absl::OkStatus();
   }
   // SIGKILL: the controller dies with whatever it was doing.
   void Kill() {

@@ -1,0 +1,68 @@
+// Starting a server binary the way the end-to-end tests do: fork and exec
+// it with stderr to a log file, then wait for the port it writes to its
+// --port-file (the tests listen on port 0). Shared by the agent, controller
+// and CLI tests.
+#ifndef ARACHNE_TEST_PORT_FILE_PROCESS_H_
+#define ARACHNE_TEST_PORT_FILE_PROCESS_H_
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace arachne::testing {
+
+struct StartedProcess {
+  pid_t pid = -1;
+  int port = 0;
+};
+
+// Runs `argv` (argv[0] the binary's path), its stderr into `log`, and waits
+// up to `timeout` for a port in `port_file` (removed first). Internal when
+// the process exits before, DeadlineExceeded when it does not write it in
+// time (the process is then killed); `what` names it in both. On an error
+// no process is left.
+inline absl::StatusOr<StartedProcess> StartWithPortFile(
+    std::vector<std::string> argv, const std::string& log,
+    const std::string& port_file, const std::string& what,
+    absl::Duration timeout = absl::Seconds(30)) {
+  std::filesystem::remove(port_file);
+  StartedProcess p;
+  p.pid = fork();
+  if (p.pid == 0) {
+    FILE* f = freopen(log.c_str(), "w", stderr);
+    (void)f;
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::ifstream f(port_file);
+    if (f >> p.port && p.port > 0) return p;
+    if (waitpid(p.pid, nullptr, WNOHANG) == p.pid) {
+      return absl::InternalError(absl::StrCat(what, " exited; see ", log));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  kill(p.pid, SIGKILL);
+  waitpid(p.pid, nullptr, 0);
+  return absl::DeadlineExceededError(absl::StrCat(what, " did not start"));
+}
+
+}  // namespace arachne::testing
+
+#endif  // ARACHNE_TEST_PORT_FILE_PROCESS_H_
