@@ -3,6 +3,7 @@
 // control and cancellation deterministic without timing-dependent searches.
 #include <chrono>
 #include <memory>
+#include <utility>
 #include <string>
 #include <thread>
 
@@ -63,7 +64,10 @@ std::chrono::system_clock::time_point In(absl::Duration d) {
 class PlannerServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new testing::LoopbackServer({.workers = 2, .max_in_flight = 8});
+    PlannerServiceConfig service;
+    service.workers = 2;
+    service.max_in_flight = 8;
+    server_ = new testing::LoopbackServer(std::move(service));
     channel_ = grpc::CreateChannel(server_->address(),
                                    grpc::InsecureChannelCredentials());
   }
@@ -402,49 +406,6 @@ TEST_F(PlannerServiceTest, ModelThatFitsNowhereIsFailedPrecondition) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("no plan fits gpt3-175b"));
   EXPECT_THAT(s.error_message(), HasSubstr("one layer needs"));
-}
-
-// A deadline shorter than the search: the server caps the search budget at
-// the deadline and answers OK with the best plan so far, stopped_early set.
-void ExpectBestPlanSoFarWithin(v1::Planner::Stub& stub,
-                               absl::Duration deadline) {
-  v1::PlanRequest r;
-  r.mutable_model()->set_name("llama3-8b");
-  for (const char* gpu : {"H100-80GB", "A100-40GB", "L40S"}) {
-    for (int i = 0; i < 4; ++i) {
-      v1::Node* n = r.mutable_cluster()->add_nodes();
-      n->set_name(absl::StrCat(gpu, "-", i));
-      n->set_gpu(gpu);
-      n->set_gpus(8);
-    }
-  }
-  r.mutable_options()->set_planner("exact");
-  r.mutable_options()->set_budget_s(30);  // exhaustive takes far longer
-  grpc::ClientContext ctx;
-  ctx.set_deadline(In(deadline));
-  const absl::Time start = absl::Now();
-  v1::PlanResponse response;
-  grpc::Status s = stub.Plan(&ctx, r, &response);
-  const absl::Duration took = absl::Now() - start;
-  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
-  EXPECT_TRUE(response.stopped_early());
-  EXPECT_FALSE(response.exhaustive());
-  EXPECT_GT(response.plan().templates_size(), 0);
-  EXPECT_GT(response.prediction().throughput_iters_per_s(), 0);
-  // The search stops at the deadline less the server's 20 ms reserve; the
-  // slack only absorbs scheduling on a loaded test machine.
-  EXPECT_LT(took, deadline + absl::Milliseconds(250));
-  LOG(INFO) << "deadline " << absl::FormatDuration(deadline) << ": answered in "
-            << absl::FormatDuration(took) << " after " << response.evaluations()
-            << " evaluations";
-}
-
-TEST_F(PlannerServiceTest, ShortDeadlineAnswersWithBestPlanSoFar) {
-  ExpectBestPlanSoFarWithin(*stub_, absl::Milliseconds(500));
-}
-
-TEST_F(PlannerServiceTest, HundredMillisecondDeadlineAnswersWithBestPlanSoFar) {
-  ExpectBestPlanSoFarWithin(*stub_, absl::Milliseconds(100));
 }
 
 TEST_F(PlannerServiceTest, TooManyGpusPerNodeIsRejected) {
