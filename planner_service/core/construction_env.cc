@@ -255,6 +255,66 @@ absl::Status ConstructionEnv::Init() {
   }
   summary_[sf::kNicGbps] =
       static_cast<float>(nic / cluster.num_nodes() / kNicScaleGbps);
+
+  // Model summary.
+  namespace mf = env_model_feature;
+  auto log_scaled = [](double x, double bits) {
+    return static_cast<float>(std::log2(1 + std::max(x, 0.0)) / bits);
+  };
+  model_summary_[mf::kLogLayers] =
+      static_cast<float>(std::log2(std::max(layers, 1)) / 8);
+  model_summary_[mf::kLogHidden] =
+      static_cast<float>(std::log2(std::max(model.hidden, 1)) / 14);
+  model_summary_[mf::kFfnRatio] = static_cast<float>(
+      static_cast<double>(model.ffn) / std::max(model.hidden, 1) / 8);
+  model_summary_[mf::kKvHeadShare] = static_cast<float>(
+      static_cast<double>(model.num_kv_heads) / std::max(model.num_heads, 1));
+  if (model.is_moe()) {
+    model_summary_[mf::kMoe] = 1;
+    model_summary_[mf::kLogExperts] = log_scaled(model.moe.num_experts, 9);
+    model_summary_[mf::kActiveExperts] = static_cast<float>(
+        static_cast<double>(model.moe.top_k) / model.moe.num_experts);
+  }
+  const double total_params = static_cast<double>(model.TotalParams());
+  const double edge_params =
+      static_cast<double>(model.EmbeddingParams() + model.LmHeadParams());
+  if (total_params > 0) {
+    model_summary_[mf::kEmbeddingShare] =
+        static_cast<float>(edge_params / total_params);
+  }
+  // GPUs the layers need, on the placement that needs fewest.
+  double model_gpus = kInfeasible;
+  for (int s = 0; s < kEnvTypeSlots; ++s) {
+    for (int k = 0; k < kEnvTpSlots; ++k) {
+      if (!tp_allowed_[s][k] || !(usable_bytes_[s] > 0)) continue;
+      model_gpus = std::min(
+          model_gpus, layers * layer_bytes_[s][k] * (1 << k) / usable_bytes_[s]);
+    }
+  }
+  if (std::isfinite(model_gpus)) {
+    model_summary_[mf::kModelGpus] = log_scaled(model_gpus, 10);
+    model_summary_[mf::kMemoryPressure] =
+        static_cast<float>(std::min(model_gpus / total_gpus_, 1.0));
+  }
+  const double nic_bytes_per_s = nic / cluster.num_nodes() * 1e9 / 8;
+  if (std::isfinite(best_gpu_time) && best_gpu_time > 0 &&
+      nic_bytes_per_s > 0) {
+    // bf16 gradients, ring all-reduce (2x the bytes); best_gpu_time is the
+    // GPU-seconds of one sequence through one layer at its best TP.
+    const double layer_params = (total_params - edge_params) / layers;
+    const double allreduce_s = 2 * layer_params * 2 / nic_bytes_per_s;
+    const double compute_per_gpu_s =
+        best_gpu_time * cm_->training().global_batch / total_gpus_;
+    model_summary_[mf::kGradientCommRatio] =
+        log_scaled(allreduce_s / compute_per_gpu_s, 8);
+    const double activation_s =
+        static_cast<double>(cm_->training().seq_len) * model.hidden * 2 /
+        nic_bytes_per_s;
+    model_summary_[mf::kActivationCommRatio] =
+        log_scaled(activation_s / best_gpu_time, 8);
+  }
+  model_summary_[mf::kBatchPerGpu] = log_scaled(
+      static_cast<double>(cm_->training().global_batch) / total_gpus_, 10);
   structure_.reserve(kEnvMaxDepth);
   structure_slots_.reserve(kEnvMaxDepth);
   return absl::OkStatus();
@@ -578,6 +638,8 @@ void ConstructionEnv::ComputeState() const {
         static_cast<float>(std::log2(1.0 + free_total / d) / log_total);
   }
   std::copy(summary_.begin(), summary_.end(), &state_[kEnvSummaryOffset]);
+  std::copy(model_summary_.begin(), model_summary_.end(),
+            &state_[kEnvModelSummaryOffset]);
 
   // Depth candidates.
   for (int a = 0; a < kEnvDepthActions; ++a) {

@@ -105,7 +105,47 @@ inline constexpr int kCount = 13;
 }  // namespace env_summary_feature
 inline constexpr int kEnvSummarySize = env_summary_feature::kCount;
 inline constexpr int kEnvSummaryOffset = kEnvDepthCountOffset + kEnvMaxDepth;
-inline constexpr int kEnvStateSize = kEnvSummaryOffset + kEnvSummarySize;
+
+// Model summary (the model-conditioned policy's extra input, issue 17): the
+// model's shape and how it weighs against this cluster's memory, network
+// and batch; constant over an episode. It follows the composition summary,
+// so the state's first kEnvUnconditionedStateSize entries are the layout
+// the per-model policies were trained on (they read only that prefix) and
+// [kEnvSummaryOffset, kEnvStateSize) is one contiguous conditioning input.
+namespace env_model_feature {
+inline constexpr int kLogLayers = 0;      // log2(layers) / 8
+inline constexpr int kLogHidden = 1;      // log2(hidden) / 14
+inline constexpr int kFfnRatio = 2;       // dense FFN width / hidden / 8
+inline constexpr int kKvHeadShare = 3;    // KV heads / attention heads
+inline constexpr int kMoe = 4;            // 1 for a mixture of experts
+inline constexpr int kLogExperts = 5;     // log2(1 + routed experts) / 9
+inline constexpr int kActiveExperts = 6;  // top-k / routed experts
+inline constexpr int kEmbeddingShare = 7;  // embedding + head / all params
+// log2(1 + GPUs whose usable memory the model's layers need at TP 1, on
+// the type with the most memory) / 10: the model's size in GPUs.
+inline constexpr int kModelGpus = 8;
+// Those GPUs / the cluster's GPUs, clipped to 1: how tight memory is.
+inline constexpr int kMemoryPressure = 9;
+// log2(1 + time to all-reduce one layer's gradients over the mean NIC /
+// that layer's share of an iteration's compute per GPU) / 8: how dear data
+// parallelism is against pipelining.
+inline constexpr int kGradientCommRatio = 10;
+// log2(1 + time to send one sequence's activations between stages over the
+// mean NIC / one layer's forward and backward of that sequence) / 8: how
+// dear a pipeline boundary is.
+inline constexpr int kActivationCommRatio = 11;
+// log2(1 + global batch / GPUs) / 10: micro-batches per pipeline to fill
+// its bubble.
+inline constexpr int kBatchPerGpu = 12;
+inline constexpr int kCount = 13;
+}  // namespace env_model_feature
+inline constexpr int kEnvModelSummarySize = env_model_feature::kCount;
+inline constexpr int kEnvModelSummaryOffset =
+    kEnvSummaryOffset + kEnvSummarySize;
+// The state of the per-model policies: everything before the model summary.
+inline constexpr int kEnvUnconditionedStateSize = kEnvModelSummaryOffset;
+inline constexpr int kEnvStateSize =
+    kEnvModelSummaryOffset + kEnvModelSummarySize;
 
 // Features of each depth-head candidate (row a = action a: STOP, 1..16).
 namespace env_depth_feature {
@@ -233,9 +273,14 @@ class ConstructionEnv {
 
   // The state vector (kEnvStateSize floats, layout above).
   absl::Span<const float> State() const;
-  // The composition summary (kEnvSummarySize floats; also the state's tail).
+  // The composition summary (kEnvSummarySize floats, at kEnvSummaryOffset
+  // of the state).
   absl::Span<const float> CompositionSummary() const {
     return absl::MakeConstSpan(summary_);
+  }
+  // The model summary (kEnvModelSummarySize floats; the state's tail).
+  absl::Span<const float> ModelSummary() const {
+    return absl::MakeConstSpan(model_summary_);
   }
   // Depth-head candidates: kEnvDepthActions rows of kEnvDepthFeatures.
   absl::Span<const float> DepthCandidates() const;
@@ -340,6 +385,7 @@ class ConstructionEnv {
   std::array<std::array<double, kEnvTpSlots>, kEnvTypeSlots> layer_bytes_{};
   std::array<double, kEnvTypeSlots> usable_bytes_{};
   std::array<float, kEnvSummarySize> summary_{};
+  std::array<float, kEnvModelSummarySize> model_summary_{};
   double reference_throughput_ = 1;
 
   // Episode.

@@ -51,12 +51,20 @@ std::string CheckpointInfoToJson(const PolicyCheckpointInfo& info) {
                   {"layers", info.network.layers},
                   {"head_hidden", info.network.head_hidden},
                   {"film_hidden", info.network.film_hidden}};
+  // Written only when set, so the per-model checkpoints' metadata reads as
+  // it did before the conditioned policy existed.
+  if (info.network.model_conditioned)
+    j["network"]["model_conditioned"] = true;
   j["training"] = {{"episodes", info.training.episodes},
                    {"compositions", info.training.compositions},
                    {"seed", info.training.seed},
                    {"wall_s", info.training.wall_s},
                    {"final_mean_reward", info.training.final_mean_reward},
                    {"best_reward", info.training.best_reward}};
+  if (!info.training.models.empty() || info.training.generated_models > 0) {
+    j["training"]["models"] = info.training.models;
+    j["training"]["generated_models"] = info.training.generated_models;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -79,6 +87,7 @@ absl::StatusOr<PolicyCheckpointInfo> ParseCheckpointInfo(
     info.network.layers = n.at("layers").get<int>();
     info.network.head_hidden = n.at("head_hidden").get<int>();
     info.network.film_hidden = n.at("film_hidden").get<int>();
+    info.network.model_conditioned = n.value("model_conditioned", false);
     if (j.contains("training")) {
       const nlohmann::json& t = j.at("training");
       info.training.episodes = t.value("episodes", int64_t{0});
@@ -87,6 +96,9 @@ absl::StatusOr<PolicyCheckpointInfo> ParseCheckpointInfo(
       info.training.wall_s = t.value("wall_s", 0.0);
       info.training.final_mean_reward = t.value("final_mean_reward", 0.0);
       info.training.best_reward = t.value("best_reward", 0.0);
+      info.training.models =
+          t.value("models", std::vector<std::string>{});
+      info.training.generated_models = t.value("generated_models", 0);
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(

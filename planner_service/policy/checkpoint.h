@@ -11,7 +11,8 @@
 //   profile_name     that model's profile set (ModelSpec::profile_name)
 //   profile_fingerprint  ProfileSetFingerprint: GPU catalog + profile_name +
 //                    calibration; another fingerprint is refused
-//   network          PolicyNetworkConfig sizes
+//   network          PolicyNetworkConfig sizes (model_conditioned only when
+//                    true)
 //   training         PolicyTrainingStats
 #ifndef ARACHNE_PLANNER_SERVICE_POLICY_CHECKPOINT_H_
 #define ARACHNE_PLANNER_SERVICE_POLICY_CHECKPOINT_H_
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,6 +28,14 @@
 #include "planner_service/policy/policy_network.h"
 
 namespace arachne {
+
+// The model-conditioned policy, trained across models
+// (PolicyNetworkConfig::model_conditioned): its checkpoint is
+// `<kGeneralPolicyModel>.pt`, its metadata's model is kGeneralPolicyModel
+// and its profile_name kGeneralPolicyProfiles (the profiles of whichever
+// model it plans: the fingerprint covers the GPU catalog and calibration).
+inline constexpr char kGeneralPolicyModel[] = "general";
+inline constexpr char kGeneralPolicyProfiles[] = "*";
 
 // Bumped whenever the state layout, the candidate features or the network
 // structure change: an old checkpoint would read the wrong inputs.
@@ -40,6 +50,10 @@ struct PolicyTrainingStats {
   // single return seen.
   double final_mean_reward = 0;
   double best_reward = 0;
+  // The conditioned policy's training models (catalog ids; all others are
+  // held out) and how many generated shapes it also saw.
+  std::vector<std::string> models;
+  int generated_models = 0;
 };
 
 struct PolicyCheckpointInfo {

@@ -135,20 +135,22 @@ void PolicyLogits(const PolicyWeights& w, const ConstructionEnv& env,
   absl::Span<const uint8_t> mask = env.LegalMask();
   absl::Span<const float> state = env.State();
   const float* summary = state.data() + kEnvSummaryOffset;
+  const int conditioning = PolicyConditioningInputs(c);
 
-  // FiLM, once per composition summary and snapshot.
+  // FiLM, once per composition (and model) summary and snapshot.
   if (s.film_version != w.version ||
-      !std::equal(s.film_summary.begin(), s.film_summary.end(), summary)) {
+      !std::equal(s.film_summary.begin(),
+                  s.film_summary.begin() + conditioning, summary)) {
     s.film_hidden.resize(c.film_hidden);
     AffineT(w.film_in, summary, s.film_hidden.data());
     for (float& v : s.film_hidden) v = std::max(v, 0.0f);
     s.film.resize(w.film_out.out);
     AffineT(w.film_out, s.film_hidden.data(), s.film.data());
-    std::copy(summary, summary + kEnvSummarySize, s.film_summary.begin());
+    std::copy(summary, summary + conditioning, s.film_summary.begin());
     s.film_version = w.version;
   }
 
-  s.x.assign(state.begin(), state.end());
+  s.x.assign(state.begin(), state.begin() + PolicyStateInputs(c));
   s.y.resize(c.hidden);
   for (int l = 0; l < c.layers; ++l) {
     AffineT(w.backbone[l], s.x.data(), s.y.data());

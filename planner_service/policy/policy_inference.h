@@ -32,7 +32,21 @@ struct PolicyNetworkConfig {
   int layers = 2;        // backbone layers (each FiLM-conditioned)
   int head_hidden = 64;  // hidden width of each head's candidate scorer
   int film_hidden = 32;  // hidden width of the FiLM generator
+  // Reads the model summary too (the backbone over the whole state, FiLM
+  // over the composition and model summaries): one policy for every model.
+  // false: the per-model layout, the state's first
+  // kEnvUnconditionedStateSize entries and the composition summary.
+  bool model_conditioned = false;
 };
+
+// State entries the network reads (a prefix of ConstructionEnv::State()).
+inline int PolicyStateInputs(const PolicyNetworkConfig& c) {
+  return c.model_conditioned ? kEnvStateSize : kEnvUnconditionedStateSize;
+}
+// Entries of its FiLM input, from kEnvSummaryOffset of the state.
+inline int PolicyConditioningInputs(const PolicyNetworkConfig& c) {
+  return kEnvSummarySize + (c.model_conditioned ? kEnvModelSummarySize : 0);
+}
 
 // Features of one TP-head candidate (TP 2^k of the pending type slot s),
 // read from the state: relative speed α, effective speed φ and layer memory
@@ -85,7 +99,7 @@ struct PolicyWeights {
 // buffers.
 struct PolicyScratch {
   uint64_t film_version = 0;  // 0: nothing cached
-  std::array<float, kEnvSummarySize> film_summary{};
+  std::array<float, kEnvSummarySize + kEnvModelSummarySize> film_summary{};
   std::vector<float> film;  // film_out's whole output for film_summary
   std::vector<float> film_hidden, candidates, x, y, base, acc;
   std::vector<float> logits;  // for callers that want probabilities

@@ -33,7 +33,7 @@ absl::Status CheckSize(const char* field, int value) {
 PolicyNetwork::Module::Module(const PolicyNetworkConfig& c) : config(c) {
   const int film_params = 2 * c.hidden * c.layers + 2 * c.head_hidden * 3;
   film_in = register_module(
-      "film_in", torch::nn::Linear(kEnvSummarySize, c.film_hidden));
+      "film_in", torch::nn::Linear(PolicyConditioningInputs(c), c.film_hidden));
   film_out = register_module("film_out",
                              torch::nn::Linear(c.film_hidden, film_params));
   // Zero FiLM output: scale 1 + 0 and shift 0 until training moves it, so
@@ -43,7 +43,7 @@ PolicyNetwork::Module::Module(const PolicyNetworkConfig& c) : config(c) {
     film_out->weight.zero_();
     film_out->bias.zero_();
   }
-  int in = kEnvStateSize;
+  int in = PolicyStateInputs(c);
   for (int l = 0; l < c.layers; ++l) {
     backbone.push_back(register_module(absl::StrCat("backbone", l),
                                        torch::nn::Linear(in, c.hidden)));
@@ -61,10 +61,12 @@ PolicyNetwork::Module::Module(const PolicyNetworkConfig& c) : config(c) {
 torch::Tensor PolicyNetwork::Module::LogProbabilities(
     int head, const torch::Tensor& state, const torch::Tensor& candidates,
     const torch::Tensor& legal) {
-  const torch::Tensor summary =
-      state.narrow(1, kEnvSummaryOffset, kEnvSummarySize);
+  // `state` holds the whole kEnvStateSize layout; a per-model network
+  // reads its prefix.
+  const torch::Tensor summary = state.narrow(1, kEnvSummaryOffset,
+                                             PolicyConditioningInputs(config));
   const torch::Tensor film = film_out(torch::relu(film_in(summary)));
-  torch::Tensor x = state;
+  torch::Tensor x = state.narrow(1, 0, PolicyStateInputs(config));
   int64_t at = 0;
   for (auto& layer : backbone) {
     const torch::Tensor scale = film.narrow(1, at, config.hidden);

@@ -121,6 +121,28 @@ PolicyModelFactory MakeTorchPolicyFactory(TorchPolicyOptions options) {
       return std::unique_ptr<PolicyModel>(
           std::make_unique<SharedPolicy>(ckpt->network));
     }
+    // Then the model-conditioned policy, which serves any model.
+    const std::string general_path =
+        (std::filesystem::path(options.policies_dir) /
+         (std::string(kGeneralPolicyModel) + ".pt"))
+            .string();
+    absl::StatusOr<CachedCheckpoint> general = LoadCached(general_path);
+    if (!general.ok()) {
+      why.push_back(std::string(general.status().message()));
+    } else if (!general->info.network.model_conditioned) {
+      why.push_back(absl::StrCat(general_path,
+                                 ": not a model-conditioned policy"));
+    } else if (absl::Status fits = CheckCheckpointFits(
+                   general->info, kGeneralPolicyModel,
+                   ProfileSetFingerprint(cm.catalog(), kGeneralPolicyProfiles,
+                                         *calibration),
+                   general_path);
+               !fits.ok()) {
+      why.push_back(std::string(fits.message()));
+    } else {
+      return std::unique_ptr<PolicyModel>(
+          std::make_unique<SharedPolicy>(general->network));
+    }
     return absl::FailedPreconditionError(
         NoPolicyMessage(model.name, absl::StrJoin(why, "; ")));
   };

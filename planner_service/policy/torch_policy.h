@@ -1,5 +1,6 @@
 // The LibTorch policy as the planner core's PolicyModel: resolves a model's
-// checkpoint (its own, else its declared relative's) and registers the
+// checkpoint (its own, else its declared relative's, else the
+// model-conditioned one) and registers the
 // factory LearnedPlanner uses (learned_planner.h).
 #ifndef ARACHNE_PLANNER_SERVICE_POLICY_TORCH_POLICY_H_
 #define ARACHNE_PLANNER_SERVICE_POLICY_TORCH_POLICY_H_
@@ -23,9 +24,13 @@ struct TorchPolicyOptions {
 std::string DefaultPoliciesDir();
 
 // The factory: for a cost model of model M, loads `<dir>/M.pt`, else
-// `<dir>/R.pt` with R = ModelSpec::policy_relative, and checks that the
-// checkpoint was made for that model, this format version and the profile
-// fingerprint of the cost model's catalog and calibration. Errors:
+// `<dir>/R.pt` with R = ModelSpec::policy_relative, else the
+// model-conditioned `<dir>/general.pt` (kGeneralPolicyModel, any model), and
+// checks that the checkpoint was made for that model (or is the
+// conditioned one), this format version and the profile fingerprint of the
+// cost model's catalog and calibration. A model's own or declared policy
+// comes first: on its own models it is at least as good
+// (docs/learned-policy.md, "Which policy plans a model"). Errors:
 // FailedPrecondition (NoPolicyMessage) naming every path tried and why each
 // failed. Loaded checkpoints are cached per path and modification time, so
 // repeated plans read the file once; the cache is thread-safe.

@@ -17,8 +17,18 @@
 namespace arachne {
 
 struct TrainOptions {
-  std::string model;      // catalog id
-  int compositions = 32;  // generated training compositions
+  // The policy of one model: its catalog id. Empty when `models` or
+  // `generated_models` is set: then the model-conditioned policy
+  // (checkpoint model kGeneralPolicyModel) is trained across those models,
+  // and models not listed are held out.
+  std::string model;
+  std::vector<std::string> models;  // catalog ids (--models)
+  int generated_models = 0;         // generated shapes (model_generator.h)
+  // Generated training compositions; with several models, composition i
+  // trains model i mod (models + generated ones), and a pair whose model
+  // needs nearly every GPU of the cluster (model summary memory pressure
+  // >= 0.9) is replaced by another composition.
+  int compositions = 32;
   int64_t episodes = 4000;
   uint64_t seed = 1;
   // Wall-clock limit (0: none); training stops after the iteration that
@@ -44,7 +54,10 @@ struct TrainOptions {
   // Evaluation instead of training (--evaluate CHECKPOINT): the learned
   // planner with this checkpoint against `eval_planners` (each under
   // eval_budget_s) on every composition of the suite's scenarios for
-  // `model`; a table to the output and, when set, a CSV to eval_out.
+  // `model` (or for any of `models`; a conditioned checkpoint with neither
+  // set: every scenario); a table to the output and, when set, a CSV to
+  // eval_out. eval_latency_s bounds each learned run (0: 60 s).
+  double eval_latency_s = 0;
   std::string evaluate;
   std::vector<std::string> eval_planners = {"random"};
   double eval_budget_s = 5;
@@ -71,7 +84,7 @@ absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& options,
 // One row of EvaluatePolicy: a suite composition planned by the learned
 // planner and by the baselines (throughput in iterations/s; 0: no plan).
 struct PolicyEvaluationRow {
-  std::string scenario, composition;
+  std::string scenario, composition, model;
   int gpus = 0;
   double learned_throughput = 0;
   double learned_wall_s = 0;

@@ -77,11 +77,14 @@ class ConstructionEnvTest : public ::testing::Test {
 };
 
 TEST_F(ConstructionEnvTest, StateLayoutIsFixed) {
-  // 4 slots x 22 + 20 global + 16 depth counts + 13 summary.
-  EXPECT_EQ(kEnvStateSize, 137);
+  // 4 slots x 22 + 20 global + 16 depth counts + 13 composition summary +
+  // 13 model summary; the per-model policies read the first 137.
+  EXPECT_EQ(kEnvStateSize, 150);
   EXPECT_EQ(kEnvGlobalOffset, 88);
   EXPECT_EQ(kEnvDepthCountOffset, 108);
   EXPECT_EQ(kEnvSummaryOffset, 124);
+  EXPECT_EQ(kEnvModelSummaryOffset, 137);
+  EXPECT_EQ(kEnvUnconditionedStateSize, 137);
   const CostModel& cm = Build(MakeCluster(catalog_, {{kSlow, 4}, {kFast, 4}}));
   ConstructionEnv env = Env(cm);
   EXPECT_EQ(env.State().size(), kEnvStateSize);
@@ -93,6 +96,68 @@ TEST_F(ConstructionEnvTest, StateLayoutIsFixed) {
   EXPECT_EQ(env.SlotType(kSlowSlot), kSlow);
   EXPECT_EQ(env.SlotType(2), -1);
   EXPECT_EQ(env.SlotOfType(kSlow), kSlowSlot);
+}
+
+TEST_F(ConstructionEnvTest, ModelSummaryOnAHandCheckedCluster) {
+  namespace mf = env_model_feature;
+  // FAST 4 + 2 GPUs, SLOW 4: 10 GPUs of 10 GiB, NIC 100 Gb/s.
+  const CostModel& cm =
+      Build(MakeCluster(catalog_, {{kFast, 4}, {kFast, 2}, {kSlow, 4}}));
+  ConstructionEnv env = Env(cm);
+  absl::Span<const float> m = env.ModelSummary();
+  ASSERT_EQ(m.size(), kEnvModelSummarySize);
+  const ModelSpec model = testing::ToyModel();
+  EXPECT_FLOAT_EQ(m[mf::kLogLayers], 2.0f / 8);  // 4 layers
+  EXPECT_FLOAT_EQ(m[mf::kLogHidden], 10.0f / 14);
+  EXPECT_FLOAT_EQ(m[mf::kFfnRatio], 4.0f / 8);
+  EXPECT_FLOAT_EQ(m[mf::kKvHeadShare], 1);
+  EXPECT_FLOAT_EQ(m[mf::kMoe], 0);
+  EXPECT_FLOAT_EQ(m[mf::kLogExperts], 0);
+  const double params = static_cast<double>(model.TotalParams());
+  const double edge =
+      static_cast<double>(model.EmbeddingParams() + model.LmHeadParams());
+  EXPECT_FLOAT_EQ(m[mf::kEmbeddingShare], edge / params);
+  // 4 layers of 16e6 B + 100 MiB (TP 1; TP 2 halves both) over 0.95 x 10 GiB.
+  const double gpus =
+      4 * (16e6 + 100.0 * (1 << 20)) / (0.95 * 10 * double{1 << 30});
+  EXPECT_FLOAT_EQ(m[mf::kModelGpus], std::log2(1 + gpus) / 10);
+  EXPECT_FLOAT_EQ(m[mf::kMemoryPressure], gpus / 10);
+  // The least GPU time of a layer is FAST at TP 1, 3 ms; 100 Gb/s is
+  // 12.5e9 B/s; the global batch is 8 sequences of 1024 tokens.
+  const double layer_params = (params - edge) / 4;
+  const double allreduce_s = 2 * layer_params * 2 / 12.5e9;
+  EXPECT_FLOAT_EQ(m[mf::kGradientCommRatio],
+                  std::log2(1 + allreduce_s / (3e-3 * 8 / 10)) / 8);
+  EXPECT_FLOAT_EQ(m[mf::kActivationCommRatio],
+                  std::log2(1 + 1024.0 * 1024 * 2 / 12.5e9 / 3e-3) / 8);
+  EXPECT_FLOAT_EQ(m[mf::kBatchPerGpu], std::log2(1 + 8.0 / 10) / 10);
+  // The state's tail, constant over the episode.
+  absl::Span<const float> s = env.State();
+  for (int i = 0; i < kEnvModelSummarySize; ++i)
+    EXPECT_EQ(s[kEnvModelSummaryOffset + i], m[i]);
+  env.Step(1);
+  s = env.State();
+  for (int i = 0; i < kEnvModelSummaryOffset - kEnvSummaryOffset; ++i)
+    EXPECT_EQ(s[kEnvSummaryOffset + i], env.CompositionSummary()[i]);
+  for (int i = 0; i < kEnvModelSummarySize; ++i)
+    EXPECT_EQ(s[kEnvModelSummaryOffset + i], m[i]);
+}
+
+TEST_F(ConstructionEnvTest, ModelSummaryTellsAMixtureOfExpertsApart) {
+  namespace mf = env_model_feature;
+  GpuCatalog catalog = testing::ToyCatalog();
+  ProfileStore profiles = testing::ToyProfiles("toymoe");
+  Cluster cluster = MakeCluster(catalog, {{kFast, 4}, {kSlow, 4}});
+  auto cm = CostModel::Create(catalog, testing::ToyMoeModel(),
+                              testing::ToyTraining(), cluster, profiles);
+  ASSERT_TRUE(cm.ok()) << cm.status();
+  auto env = ConstructionEnv::Create(*cm, {});
+  ASSERT_TRUE(env.ok()) << env.status();
+  absl::Span<const float> m = env->ModelSummary();
+  EXPECT_FLOAT_EQ(m[mf::kMoe], 1);
+  EXPECT_FLOAT_EQ(m[mf::kLogExperts], std::log2(9.0) / 9);  // 8 experts
+  EXPECT_FLOAT_EQ(m[mf::kActiveExperts], 2.0f / 8);         // top-2
+  EXPECT_GT(m[mf::kModelGpus], 0);
 }
 
 TEST_F(ConstructionEnvTest, StateValuesOnAHandCheckedCluster) {
