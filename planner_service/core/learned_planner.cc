@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
 #include "planner_service/core/episode_moves.h"
@@ -111,11 +112,58 @@ bool HasLearnedPolicyFactory() {
   return static_cast<bool>(RegisteredFactory());
 }
 
+namespace {
+
+constexpr absl::string_view kNoPolicySuffix =
+    " instead (docs/learned-policy.md, Inference)";
+
+std::string NoPolicyPrefix(const std::string& model) {
+  return absl::StrCat("learned planner: no policy for model \"", model, "\": ");
+}
+
+std::string NoPolicyTail() {
+  return absl::StrCat("; plan with --planner ", kLearnedFallbackPlanner,
+                      kNoPolicySuffix);
+}
+
+}  // namespace
+
 std::string NoPolicyMessage(const std::string& model, const std::string& why) {
-  return absl::StrCat("learned planner: no policy for model \"", model,
-                      "\": ", why, "; plan with --planner ",
-                      kLearnedFallbackPlanner,
-                      " instead (docs/learned-policy.md, Inference)");
+  return absl::StrCat(NoPolicyPrefix(model), why, NoPolicyTail());
+}
+
+std::string NoPolicyReason(const std::string& model,
+                           absl::string_view message) {
+  absl::string_view why = message;
+  if (absl::ConsumePrefix(&why, NoPolicyPrefix(model)) &&
+      absl::ConsumeSuffix(&why, NoPolicyTail())) {
+    return std::string(why);
+  }
+  return std::string(message);
+}
+
+absl::StatusOr<std::unique_ptr<PolicyModel>> MakeLearnedPolicy(
+    const CostModel& cm) {
+  PolicyModelFactory factory;
+  {
+    absl::MutexLock lock(&factory_mu);
+    factory = RegisteredFactory();
+  }
+  if (!factory) {
+    return absl::FailedPreconditionError(
+        NoPolicyMessage(cm.model().name, "this build has no LibTorch policy"));
+  }
+  absl::StatusOr<std::unique_ptr<PolicyModel>> policy = factory(cm);
+  if (policy.ok() && *policy == nullptr) {
+    return absl::InternalError(absl::StrCat(
+        "learned planner: the policy factory returned no policy for model \"",
+        cm.model().name, "\""));
+  }
+  return policy;
+}
+
+absl::Status LearnedPolicyServes(const CostModel& cm) {
+  return MakeLearnedPolicy(cm).status();
 }
 
 absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
@@ -165,9 +213,9 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
   if (!env.ok()) {
     return absl::Status(
         env.status().code(),
+        // template-search shares the environment and its limits.
         absl::StrCat("learned planner: ", env.status().message(),
-                     "; plan with --planner ", kLearnedFallbackPlanner,
-                     " instead"));
+                     "; plan with --planner exact instead"));
   }
 
   const int sampled_rollouts = options.policy_rollouts >= 0

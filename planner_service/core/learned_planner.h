@@ -6,9 +6,11 @@
 // The planner core holds no LibTorch: the policy reaches it through the
 // PolicyModel interface below, and the LibTorch implementation
 // (planner_service/policy) registers a factory for it at start-up. A build
-// without LibTorch, or a model with no checkpoint and no declared relative
-// with one, gets FailedPrecondition naming the model and the planner to use
-// instead (kLearnedFallbackPlanner); it never crashes.
+// without LibTorch, or a model no checkpoint serves, gets FailedPrecondition
+// naming the model and the planner to use instead (kLearnedFallbackPlanner);
+// it never crashes. A request that names no planner gets this one where a
+// policy serves the model and kLearnedFallbackPlanner otherwise
+// (planners.h, ChooseDefaultPlanner).
 #ifndef ARACHNE_PLANNER_SERVICE_CORE_LEARNED_PLANNER_H_
 #define ARACHNE_PLANNER_SERVICE_CORE_LEARNED_PLANNER_H_
 
@@ -17,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "planner_service/core/construction_env.h"
@@ -25,10 +28,13 @@
 
 namespace arachne {
 
-// The planner the error messages point to when no policy is available: the
-// exact search (ground truth on small clusters, best-so-far under its budget
-// on large ones).
-inline constexpr char kLearnedFallbackPlanner[] = "exact";
+// The name the learned planner's search goes by with a uniform policy.
+inline constexpr char kTemplateSearchPlannerName[] = "template-search";
+
+// The planner the no-policy errors point to, and the default planner where
+// no policy serves the model: the same search with a uniform policy, which
+// needs no checkpoint and keeps the learned planner's latency budget.
+inline constexpr char kLearnedFallbackPlanner[] = "template-search";
 
 // A policy over the construction environment's heads.
 class PolicyModel {
@@ -51,9 +57,6 @@ class UniformPolicyModel : public PolicyModel {
                            absl::Span<float> probabilities) override;
 };
 
-// The name the learned planner's search goes by with a uniform policy.
-inline constexpr char kTemplateSearchPlannerName[] = "template-search";
-
 // Makes the policy for the cost model's model (its own checkpoint, else its
 // declared relative's, ModelSpec::policy_relative). FailedPrecondition with
 // the reason when there is none or it does not match (other profile set,
@@ -73,9 +76,21 @@ void RegisterLearnedPolicyFactory(PolicyModelFactory factory);
 // Whether a factory is registered (false in a build without LibTorch).
 bool HasLearnedPolicyFactory();
 
+// The registered factory's policy for the cost model's model: what
+// `--planner learned` would plan with. FailedPrecondition
+// (NoPolicyMessage) with the factory's reason, or "this build has no
+// LibTorch policy" when no factory is registered. The factory caches
+// loaded checkpoints, so a second call for the same model reads no file.
+absl::StatusOr<std::unique_ptr<PolicyModel>> MakeLearnedPolicy(
+    const CostModel& cost_model);
+// MakeLearnedPolicy's status: OK when a learned policy serves the model.
+absl::Status LearnedPolicyServes(const CostModel& cost_model);
+
 // "learned planner: no policy for model \"<model>\": <why>; plan with
-// --planner exact instead (docs/learned-policy.md, Inference)".
+// --planner template-search instead (docs/learned-policy.md, Inference)".
 std::string NoPolicyMessage(const std::string& model, const std::string& why);
+// The <why> of a NoPolicyMessage for `model`; any other message unchanged.
+std::string NoPolicyReason(const std::string& model, absl::string_view message);
 
 struct LearnedPlannerConfig {
   // Sampled rollouts after the greedy one (N >= 0). 256 costs ~0.3 s on

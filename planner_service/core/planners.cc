@@ -1,5 +1,6 @@
 #include "planner_service/core/planners.h"
 
+#include <memory>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -57,6 +58,56 @@ absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name) {
   return absl::InvalidArgumentError(
       absl::StrCat("planner: unknown planner \"", name,
                    "\"; known: ", absl::StrJoin(KnownPlannerNames(), ", ")));
+}
+
+DefaultPlannerChoice ChooseDefaultPlanner(const CostModel& cost_model) {
+  DefaultPlannerChoice choice;
+  absl::StatusOr<std::unique_ptr<PolicyModel>> policy =
+      MakeLearnedPolicy(cost_model);
+  if (policy.ok()) {
+    // The probe's policy serves the run on this cost model; a later run on
+    // another (or a second run) asks the registered factory again.
+    auto held =
+        std::make_shared<std::unique_ptr<PolicyModel>>(*std::move(policy));
+    const CostModel* probed = &cost_model;
+    PolicyModelFactory factory = [held, probed](const CostModel& cm)
+        -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
+      if (&cm == probed && *held != nullptr) return std::move(*held);
+      return MakeLearnedPolicy(cm);
+    };
+    choice.planner =
+        std::make_unique<LearnedPlanner>(LearnedPlannerConfig{}, factory);
+    choice.name = "learned";
+    return choice;
+  }
+  choice.name = kLearnedFallbackPlanner;
+  choice.planner = *MakePlanner(choice.name);
+  const std::string& model = cost_model.model().name;
+  std::string why = NoPolicyReason(model, policy.status().message());
+  // One line, whatever the factory wrote.
+  for (char& c : why)
+    if (c == '\n' || c == '\r') c = ' ';
+  choice.fallback_reason =
+      absl::StrCat("no learned policy serves model \"", model, "\": ", why);
+  return choice;
+}
+
+std::string DefaultPlannerLine(const std::string& name,
+                               const std::string& fallback_reason) {
+  if (fallback_reason.empty()) return absl::StrCat("planner: ", name);
+  return absl::StrCat("planner: ", name, " (", fallback_reason, ")");
+}
+
+bool IsLatencyBudgeted(absl::string_view planner) {
+  const std::string lower = absl::AsciiStrToLower(planner);
+  return lower.empty() || lower == "learned" ||
+         lower == kTemplateSearchPlannerName;
+}
+
+absl::Duration DefaultBudget(absl::string_view planner,
+                             absl::Duration search_default) {
+  return IsLatencyBudgeted(planner) ? LearnedPlannerConfig{}.latency_budget
+                                    : search_default;
 }
 
 namespace {

@@ -9,6 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "planner_service/core/cost_model.h"
 #include "planner_service/core/planner.h"
 
 namespace arachne {
@@ -31,6 +33,39 @@ std::vector<std::string> AblationPlannerNames();
 std::vector<std::string> KnownPlannerNames();
 // InvalidArgument naming the value and the known planners when unknown.
 absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name);
+
+// The planner a request that names none runs (`arachne plan` without
+// --planner, a Plan or Replan request with options.planner "", a controller
+// job without planner.planner): "learned" when a learned policy serves the
+// cost model's model (LearnedPolicyServes), else "template-search", the
+// same search with a uniform policy.
+struct DefaultPlannerChoice {
+  // Runs the choice on this cost model; for "learned" it holds the policy
+  // the probe made, so the checkpoint is resolved once.
+  std::unique_ptr<Planner> planner;
+  std::string name;
+  // "" for "learned"; else one line: `no learned policy serves model "M":
+  // <why>`.
+  std::string fallback_reason;
+};
+DefaultPlannerChoice ChooseDefaultPlanner(const CostModel& cost_model);
+
+// What the output says of a run of the default planner, one line (no
+// newline): "planner: learned", or "planner: template-search (<reason>)".
+std::string DefaultPlannerLine(const std::string& name,
+                               const std::string& fallback_reason);
+
+// Whether `planner` is the learned planner's search: "learned",
+// "template-search" or "" (the default planner, one of the two).
+bool IsLatencyBudgeted(absl::string_view planner);
+// The budget a run gets when the caller gives none. IsLatencyBudgeted
+// planners: their latency budget, LearnedPlannerConfig::latency_budget
+// (0.9 s), which the CLI and the service count from the start of the call
+// (context and policy loading included), so that the whole call stays
+// under a second; the search planners: `search_default` (the CLI's 60 s,
+// the service's --default-budget-s).
+absl::Duration DefaultBudget(absl::string_view planner,
+                             absl::Duration search_default);
 
 // Why no plan can fit, for error messages: the memory one layer needs per
 // GPU at the largest TP degree and micro-batch 1 on each GPU type, against

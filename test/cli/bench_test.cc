@@ -426,7 +426,7 @@ TEST_F(BenchWithPolicyTest, LearnedRunsByDefaultAndIsSkippedWithoutAPolicy) {
   // qwen3-32b (tiny-nofit) has no policy: one note, no learned run there.
   const std::string note =
       "learned planner: no policy for model \"qwen3-32b\": no checkpoint in "
-      "the test; plan with --planner exact instead "
+      "the test; plan with --planner template-search instead "
       "(docs/learned-policy.md, Inference)";
   EXPECT_THAT(
       log.str(),

@@ -99,7 +99,8 @@ TEST(LearnedPlannerTest, WithoutAFactoryFailsNamingModelAndFallback) {
   EXPECT_THAT(r.status().message(),
               HasSubstr("learned planner: no policy for model \"toy\": this "
                         "build has no policy support"));
-  EXPECT_THAT(r.status().message(), HasSubstr("plan with --planner exact"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("plan with --planner template-search"));
 }
 
 TEST(LearnedPlannerTest, CancelledBeforeTheStartPlansNothing) {
@@ -228,7 +229,8 @@ TEST_F(TorchPolicyTest, NoCheckpointFailsNamingThePathAndFallback) {
   EXPECT_THAT(r.status().message(),
               HasSubstr("learned planner: no policy for model \"toy\": " +
                         (dir_ / "toy.pt").string() + " does not exist"));
-  EXPECT_THAT(r.status().message(), HasSubstr("plan with --planner exact"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("plan with --planner template-search"));
 }
 
 TEST_F(TorchPolicyTest, PlansWithTheModelsCheckpoint) {
@@ -269,7 +271,8 @@ TEST_F(TorchPolicyTest, RefusesACheckpointOfAnotherProfileSet) {
   EXPECT_THAT(r.status().message(),
               HasSubstr("trained on another profile set (profile fingerprint "
                         "ffffffffffffffff"));
-  EXPECT_THAT(r.status().message(), HasSubstr("plan with --planner exact"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("plan with --planner template-search"));
 }
 
 // The shipped checkpoints (profiles/policies) plan a suite composition with

@@ -334,7 +334,8 @@ TEST_F(PlannerServiceTest, ServesTheLearnedPlanner) {
   {
     grpc::Status s = PlanStatus(r);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-    EXPECT_THAT(s.error_message(), HasSubstr("--planner exact instead"));
+    EXPECT_THAT(s.error_message(),
+                HasSubstr("--planner template-search instead"));
   }
   RegisterLearnedPolicyFactory(
       [](const CostModel&) -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
