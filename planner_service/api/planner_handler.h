@@ -50,8 +50,13 @@ struct PlanQuery {
   ModelRef model;
   TrainingSpec training;
   ClusterSpec cluster;
-  std::string planner;  // "" = "exact"
-  double budget_s = 0;  // 0 = the handler's default
+  // "" = the default planner: learned where a policy serves the model,
+  // else template-search (planners.h, ChooseDefaultPlanner).
+  std::string planner;
+  // 0 = the handler's default: 0.9 s for learned, template-search and the
+  // default planner, PlannerHandlerConfig::default_budget for the others
+  // (planners.h, DefaultBudget).
+  double budget_s = 0;
   int64_t max_evaluations = 0;
   uint64_t seed = 0;      // 0 = 1
   int max_depth = 0;      // 0 = 16
@@ -73,6 +78,9 @@ struct PlanAnswer {
   // The plan and its prediction in the CLI's plan JSON format.
   nlohmann::json plan;
   std::string planner;
+  // Set only when the query named no planner and the default fell back to
+  // template-search: one line, `no learned policy serves model "M": <why>`.
+  std::string planner_fallback_reason;
   double planning_time_s = 0;
   int64_t evaluations = 0;
   bool exhaustive = false;

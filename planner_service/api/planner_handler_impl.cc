@@ -235,15 +235,30 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
 absl::StatusOr<PlanAnswer> PlannerHandlerImpl::RunPlanner(
     const PlanningContext& ctx, const PlanQuery& q, absl::Time start,
     arachne::Plan* plan) const {
-  const std::string planner_name = q.planner.empty() ? "exact" : q.planner;
-  absl::StatusOr<std::unique_ptr<Planner>> planner = MakePlanner(planner_name);
+  // No planner named: learned where a policy serves the model, else
+  // template-search, with the reason.
+  absl::StatusOr<std::unique_ptr<Planner>> planner;
+  std::string fallback_reason;
+  if (q.planner.empty()) {
+    DefaultPlannerChoice choice = ChooseDefaultPlanner(ctx.cost_model());
+    planner = std::move(choice.planner);
+    fallback_reason = std::move(choice.fallback_reason);
+  } else {
+    planner = MakePlanner(q.planner);
+  }
   if (!planner.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("options.planner: ", planner.status().message()));
   }
   PlannerOptions options;
   absl::Duration budget =
-      q.budget_s > 0 ? absl::Seconds(q.budget_s) : config_.default_budget;
+      q.budget_s > 0 ? absl::Seconds(q.budget_s)
+                     : DefaultBudget(q.planner, config_.default_budget);
+  // The learned planners' default budget counts from the start of the
+  // call, model, cluster and policy loading included.
+  if (q.budget_s <= 0 && IsLatencyBudgeted(q.planner)) {
+    budget = std::max(budget - (absl::Now() - start), absl::ZeroDuration());
+  }
   budget = std::min(budget, config_.max_budget);
   bool budget_from_deadline = false;
   if (q.deadline != absl::InfiniteFuture()) {
@@ -287,12 +302,15 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::RunPlanner(
   answer.plan = PlanToJson(result->plan, result->prediction, ctx.cluster(),
                            ctx.catalog(), ctx.model(), ctx.training());
   answer.planner = result->planner;
+  answer.planner_fallback_reason = std::move(fallback_reason);
   answer.evaluations = result->stats.evaluations;
   answer.exhaustive = result->stats.exhaustive;
   answer.stopped_early =
       result->stats.cancelled || (out_of_time && !result->stats.exhaustive);
   answer.planning_time_s = absl::ToDoubleSeconds(absl::Now() - start);
   answer.plan["planner"] = answer.planner;
+  if (!answer.planner_fallback_reason.empty())
+    answer.plan["planner_fallback_reason"] = answer.planner_fallback_reason;
   answer.plan["planning_time_s"] = answer.planning_time_s;
   answer.plan["evaluations"] = answer.evaluations;
   answer.plan["exhaustive"] = answer.exhaustive;

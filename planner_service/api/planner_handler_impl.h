@@ -22,6 +22,9 @@ namespace arachne {
 
 struct PlannerHandlerConfig {
   std::string profiles_dir;  // "" = the data built into the binary
+  // The budget of a request without budget_s that runs a search planner
+  // (exact, metis, ...); learned, template-search and the default planner
+  // get their 0.9 s latency budget instead (planners.h, DefaultBudget).
   absl::Duration default_budget = absl::Seconds(10);
   // Requests asking for more are capped here (not rejected).
   absl::Duration max_budget = absl::Seconds(60);

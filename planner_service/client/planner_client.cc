@@ -31,12 +31,15 @@ PlanAnswer PlanAnswerFromProto(const v1::PlanResponse& response) {
   PlanAnswer answer;
   answer.plan = PlanProtoToCliJson(response.plan(), response.prediction());
   answer.planner = response.planner();
+  answer.planner_fallback_reason = response.planner_fallback_reason();
   answer.planning_time_s = response.planning_time_s();
   answer.evaluations = response.evaluations();
   answer.exhaustive = response.exhaustive();
   answer.stopped_early = response.stopped_early();
   // As PlannerHandlerImpl adds them, so the JSON reads the same.
   answer.plan["planner"] = answer.planner;
+  if (!answer.planner_fallback_reason.empty())
+    answer.plan["planner_fallback_reason"] = answer.planner_fallback_reason;
   answer.plan["planning_time_s"] = answer.planning_time_s;
   answer.plan["evaluations"] = answer.evaluations;
   answer.plan["exhaustive"] = answer.exhaustive;

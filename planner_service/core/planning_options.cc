@@ -24,11 +24,13 @@ absl::Status OutOfRange(absl::string_view name, absl::string_view rule,
 
 absl::Status ValidatePlanningOptions(const PlanningOptionsInput& o,
                                      const PlanningOptionNames& names) {
-  const std::string planner =
-      o.planner.empty() ? "exact" : absl::AsciiStrToLower(o.planner);
+  // "": the default planner (ChooseDefaultPlanner), learned or
+  // template-search, chosen once the model is known.
+  const std::string planner = absl::AsciiStrToLower(o.planner);
   // MakePlanner quotes the name as given, so it is passed unchanged.
   if (absl::StatusOr<std::unique_ptr<Planner>> made =
-          MakePlanner(o.planner.empty() ? planner : o.planner);
+          o.planner.empty() ? absl::StatusOr<std::unique_ptr<Planner>>(nullptr)
+                            : MakePlanner(o.planner);
       !made.ok()) {
     // MakePlanner's message starts with "planner: "; the caller's name
     // replaces it.
@@ -77,7 +79,8 @@ absl::Status ValidatePlanningOptions(const PlanningOptionsInput& o,
           absl::StrCat(names.policy_rollouts, ": must be in 0..",
                        kMaxPolicyRollouts, ", got ", n));
     }
-    if (planner != "learned") {
+    // The default planner is the learned planner's search either way.
+    if (!planner.empty() && planner != "learned") {
       return absl::InvalidArgumentError(absl::StrCat(
           names.policy_rollouts, ": only for planner \"learned\", not \"",
           planner, "\""));

@@ -29,7 +29,7 @@ inline constexpr double kMaxBudgetSeconds = 86400;
 
 // The options as given, before defaults are filled in.
 struct PlanningOptionsInput {
-  std::string planner;  // "" = "exact"
+  std::string planner;  // "" = the default (planners.h, ChooseDefaultPlanner)
   double budget_s = 0;
   int64_t max_evaluations = 0;  // 0 = no limit
   int64_t max_depth = 0;
@@ -60,7 +60,8 @@ inline constexpr PlanningOptionNames kRequestOptionNames = {
 // OK when every option is in range: a known planner; budget_s finite and in
 // (0, kMaxBudgetSeconds]; max_evaluations >= 0; max_depth 1..64;
 // max_templates 1..16; objective a PlannerObjective; policy_rollouts
-// 0..kMaxPolicyRollouts and only for the learned planner. With
+// 0..kMaxPolicyRollouts and only for the learned planner or the default
+// one (""). With
 // names.zero_is_default, 0 is also accepted for budget_s, max_depth and
 // max_templates. InvalidArgument "<name>: must be ..., got <value>"
 // otherwise.

@@ -362,6 +362,7 @@ absl::Status FillPlanResponse(const PlanAnswer& a, v1::PlanResponse* response) {
     return s;
   }
   response->set_planner(a.planner);
+  response->set_planner_fallback_reason(a.planner_fallback_reason);
   response->set_planning_time_s(a.planning_time_s);
   response->set_evaluations(a.evaluations);
   response->set_exhaustive(a.exhaustive);

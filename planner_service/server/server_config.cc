@@ -225,7 +225,9 @@ ServerFlags::ServerFlags(CLI::App& app) {
           ->check(CLI::PositiveNumber);
   default_budget_s_opt_ =
       app.add_option("--default-budget-s", default_budget_s_,
-                     "search budget when a request gives none")
+                     "search budget when a request gives none, for the "
+                     "search planners (learned, template-search and the "
+                     "default planner take 0.9 s)")
           ->capture_default_str()
           ->check(CLI::PositiveNumber);
   max_budget_s_opt_ = app.add_option("--max-budget-s", max_budget_s_,
