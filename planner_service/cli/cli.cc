@@ -1,5 +1,6 @@
 #include "planner_service/cli/cli.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -29,8 +30,8 @@
 #include "planner_service/core/profile_synthesizer.h"
 #include "planner_service/core/search_tracker.h"
 #include "planner_service/io/cluster_io.h"
-#include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/data_files.h"
+#include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
 #include "planner_service/io/planning_context.h"
@@ -99,6 +100,11 @@ void AddRemoteFlags(CLI::App* cmd, RemoteFlags* f) {
                   "CA certificate (PEM) to verify --server's TLS certificate; "
                   "without it the connection is plaintext");
 }
+
+// The budget of a search planner when --budget is not given; learned,
+// template-search and the default planner take their latency budget
+// (planners.h, DefaultBudget).
+constexpr absl::Duration kCliSearchBudget = absl::Seconds(60);
 
 int Fail(std::ostream& err, const absl::Status& s) {
   err << "error: " << s.message() << "\n";
@@ -196,10 +202,17 @@ absl::Status FillRemoteInputs(const InputFlags& f, const PlanningContext& ctx,
   return absl::OkStatus();
 }
 
+// Which planner a plan run got when the user named none.
+struct DefaultPlannerNote {
+  bool chosen = false;          // no --planner: the default was chosen
+  std::string fallback_reason;  // "" for learned
+};
+
 absl::Status PrintPlan(std::ostream& out, const InputFlags& f,
                        const PlanningContext& ctx, const Plan& plan,
                        const Prediction& prediction, const std::string& planner,
-                       double planning_time_s, const PlannerStats* stats) {
+                       double planning_time_s, const PlannerStats* stats,
+                       const DefaultPlannerNote& note = {}) {
   if (!f.svg.empty()) {
     std::ofstream svg(f.svg);
     svg << RenderPlanSvg(plan, prediction, ctx.cost_model());
@@ -212,6 +225,8 @@ absl::Status PrintPlan(std::ostream& out, const InputFlags& f,
     nlohmann::json j = PlanToJson(plan, prediction, ctx.cluster(),
                                   ctx.catalog(), ctx.model(), ctx.training());
     j["planner"] = planner;
+    if (!note.fallback_reason.empty())
+      j["planner_fallback_reason"] = note.fallback_reason;
     j["planning_time_s"] = planning_time_s;
     if (stats) {
       j["evaluations"] = stats->evaluations;
@@ -232,6 +247,11 @@ absl::Status PrintPlan(std::ostream& out, const InputFlags& f,
     out << j.dump(2) << "\n";
     return absl::OkStatus();
   }
+  // The default's choice first, in one line: what ran and, when it fell
+  // back, why.
+  if (note.chosen) {
+    out << DefaultPlannerLine(planner, note.fallback_reason) << "\n";
+  }
   out << RenderPlanTable(plan, prediction, ctx.cost_model());
   out << absl::StrFormat("\nplanner %s: %.2f s", planner, planning_time_s);
   if (stats) {
@@ -249,16 +269,19 @@ absl::Status PrintRemotePlan(std::ostream& out, const InputFlags& f,
                              const PlanningContext& ctx,
                              const nlohmann::json& answer,
                              const std::string& planner, double planning_time_s,
-                             const PlannerStats* stats) {
+                             const PlannerStats* stats,
+                             const DefaultPlannerNote& note = {}) {
   absl::StatusOr<Plan> plan =
       PlanFromJson(answer, ctx.cluster(), ctx.catalog(), "server answer");
   if (!plan.ok()) return plan.status();
   absl::StatusOr<Prediction> prediction = PredictionFromPlanJson(answer);
   if (!prediction.ok()) return prediction.status();
   return PrintPlan(out, f, ctx, *plan, *prediction, planner, planning_time_s,
-                   stats);
+                   stats, note);
 }
 
+// `budget_s` 0: the server's default for the planner (planners.h,
+// DefaultBudget).
 int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
                   const PlanningContext& ctx, const std::string& planner_name,
                   PlannerObjective objective, double budget_s, int max_depth,
@@ -280,26 +303,35 @@ int RunPlanRemote(const InputFlags& f, const RemoteFlags& remote,
   q.max_templates = max_templates;
   q.max_evaluations = max_evaluations;
   // The search gets its budget; the margin covers queueing and transfer.
-  q.deadline = absl::Now() + absl::Seconds(budget_s) + absl::Seconds(30);
+  q.deadline = absl::Now() +
+               (budget_s > 0 ? absl::Seconds(budget_s)
+                             : DefaultBudget(planner_name, kCliSearchBudget)) +
+               absl::Seconds(30);
   absl::StatusOr<PlanAnswer> answer = (*client)->Plan(q);
   if (!answer.ok()) return FailSearch(err, answer.status());
   PlannerStats stats;
   stats.evaluations = answer->evaluations;
   stats.exhaustive = answer->exhaustive;
+  // The server chose the default planner when none was named.
+  const DefaultPlannerNote note{planner_name.empty(),
+                                answer->planner_fallback_reason};
   if (absl::Status s =
           PrintRemotePlan(out, f, ctx, answer->plan, answer->planner,
-                          answer->planning_time_s, &stats);
+                          answer->planning_time_s, &stats, note);
       !s.ok()) {
     return Fail(err, s);
   }
   return kExitOk;
 }
 
+// `planner_name` "": the default planner (ChooseDefaultPlanner).
 int RunPlan(const InputFlags& f, const RemoteFlags& remote,
             const std::string& planner_name, const std::string& objective_name,
-            double budget_s, int max_depth, int max_templates,
-            int64_t max_evaluations, std::optional<int> rollouts,
-            std::ostream& out, std::ostream& err) {
+            std::optional<double> budget_given, int max_depth,
+            int max_templates, int64_t max_evaluations,
+            std::optional<int> rollouts, std::ostream& out, std::ostream& err) {
+  const double budget_s = budget_given.value_or(
+      absl::ToDoubleSeconds(DefaultBudget(planner_name, kCliSearchBudget)));
   absl::StatusOr<PlannerObjective> objective =
       ParsePlannerObjective(objective_name);
   if (!objective.ok()) {
@@ -321,15 +353,24 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
     return Fail(err, s);
   }
   const int rollouts_or_default = rollouts.value_or(-1);
-  absl::StatusOr<std::unique_ptr<Planner>> planner = MakePlanner(planner_name);
-  if (!planner.ok()) return Fail(err, planner.status());
+  absl::StatusOr<std::unique_ptr<Planner>> planner;
+  if (!planner_name.empty()) {
+    planner = MakePlanner(planner_name);
+    if (!planner.ok()) return Fail(err, planner.status());
+  }
   const absl::Time start = absl::Now();
   auto ctx = LoadContext(f);
   if (!ctx.ok()) return Fail(err, ctx.status());
+  // Without --budget the learned planners' 0.9 s counts from the start of
+  // the call, so that the whole call stays under a second.
+  const bool whole_call_budget =
+      !budget_given.has_value() && IsLatencyBudgeted(planner_name);
   if (!remote.server.empty()) {
-    return RunPlanRemote(f, remote, **ctx, planner_name, *objective, budget_s,
-                         max_depth, max_templates, max_evaluations,
-                         rollouts_or_default, out, err);
+    // 0 leaves that budget to the server, which counts it alike.
+    return RunPlanRemote(f, remote, **ctx, planner_name, *objective,
+                         whole_call_budget ? 0 : budget_s, max_depth,
+                         max_templates, max_evaluations, rollouts_or_default,
+                         out, err);
   }
   PlannerOptions options;
   options.budget = absl::Seconds(budget_s);
@@ -338,12 +379,22 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
   options.max_evaluations = max_evaluations;
   options.objective = *objective;
   options.policy_rollouts = rollouts_or_default;
+  DefaultPlannerNote note;
+  if (planner_name.empty()) {
+    DefaultPlannerChoice choice = ChooseDefaultPlanner((*ctx)->cost_model());
+    planner = std::move(choice.planner);
+    note = {true, std::move(choice.fallback_reason)};
+  }
+  if (whole_call_budget) {
+    options.budget =
+        std::max(options.budget - (absl::Now() - start), absl::ZeroDuration());
+  }
   absl::StatusOr<PlanResult> result = (*planner)->Run((*ctx)->cost_model(), options);
   if (!result.ok()) return FailSearch(err, result.status());
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
-  if (absl::Status s = PrintPlan(out, f, **ctx, result->plan,
-                                 result->prediction, result->planner, elapsed,
-                                 &result->stats);
+  if (absl::Status s =
+          PrintPlan(out, f, **ctx, result->plan, result->prediction,
+                    result->planner, elapsed, &result->stats, note);
       !s.ok()) {
     return Fail(err, s);
   }
@@ -735,9 +786,9 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   app.require_subcommand(1);
 
   InputFlags plan_flags;
-  std::string planner = "exact";
+  std::string planner;  // "": the default planner
   std::string objective = "throughput";
-  double budget_s = 60;
+  double budget_s = 0;  // read only when --budget is given
   int max_depth = 16, max_templates = 3;
   int64_t max_evaluations = 0;
   int rollouts = -1;
@@ -748,20 +799,25 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   plan->add_option("--planner", planner,
                    "exact, amp, espresso, hexiscale, metis, sailor, random, "
                    "learned or template-search (the learned planner's search "
-                   "with a uniform policy; docs/planners.md)");
+                   "with a uniform policy; docs/planners.md); default: "
+                   "learned where a policy serves the model, else "
+                   "template-search");
   plan->add_option("--objective", objective,
                    "throughput (default) or usd_per_token: what the best plan "
                    "maximises / minimises (docs/planners.md#objectives)");
-  plan->add_option("--budget", budget_s, "search budget in seconds");
+  CLI::Option* budget_option = plan->add_option(
+      "--budget", budget_s,
+      "search budget in seconds (default: 0.9 for learned, template-search "
+      "and the default planner, 60 for the others)");
   plan->add_option("--max-depth", max_depth, "deepest pipeline (Dmax)");
   plan->add_option("--max-templates", max_templates, "most templates per plan");
   plan->add_option("--max-evaluations", max_evaluations,
                    "stop after this many plan evaluations (0: no limit)");
   CLI::Option* rollouts_option =
       plan->add_option("--rollouts", rollouts,
-                       "learned planner: sampled rollouts after the greedy one "
-                       "(default 256); its latency budget is --budget, at most "
-                       "0.9 s");
+                       "learned and the default planner: sampled rollouts "
+                       "after the greedy one (default 256); its latency "
+                       "budget is --budget, at most 0.9 s");
 
   InputFlags eval_flags;
   std::string plan_file;
@@ -918,7 +974,9 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
     }
   }
   if (*plan) {
-    return RunPlan(plan_flags, plan_remote, planner, objective, budget_s,
+    return RunPlan(plan_flags, plan_remote, planner, objective,
+                   budget_option->count() > 0 ? std::optional<double>(budget_s)
+                                              : std::nullopt,
                    max_depth, max_templates, max_evaluations,
                    rollouts_option->count() > 0 ? std::optional<int>(rollouts)
                                                 : std::nullopt,

@@ -92,14 +92,15 @@ TEST(CliChecksTest, ProfilesDirMustBeADirectory) {
 TEST(CliChecksTest, SearchStoppedBeforeAnyPlanExitsThreeAndSaysBy) {
   // LLaMA-3-70B fits on the 8 GPUs (one layer does) but the first few
   // candidates do not.
-  CliRun evaluations = Plan({"--max-evaluations", "1"}, "llama3-70b");
+  CliRun evaluations =
+      Plan({"--planner", "exact", "--max-evaluations", "1"}, "llama3-70b");
   EXPECT_EQ(evaluations.code, kExitSearchStopped) << evaluations.err;
   EXPECT_THAT(evaluations.err,
               HasSubstr("exact: the search was stopped before any plan was "
                         "found, by the evaluation limit (max_evaluations 1"));
   EXPECT_THAT(evaluations.err, ::testing::Not(HasSubstr("no plan fits")));
 
-  CliRun budget = Plan({"--budget", "0.000001"});
+  CliRun budget = Plan({"--planner", "exact", "--budget", "0.000001"});
   EXPECT_EQ(budget.code, kExitSearchStopped) << budget.err;
   EXPECT_THAT(budget.err,
               HasSubstr("exact: the search was stopped before any plan was "

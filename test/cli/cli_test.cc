@@ -61,8 +61,9 @@ TEST(CliTest, EveryPlannerPrintsTheSameJsonAndAPlanEvaluateAccepts) {
 }
 
 TEST(CliTest, PlanPrintsJsonWithTheDocumentedFields) {
-  CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster", Example("small-8.yaml"),
-               "--format", "json", "--budget", "30"});
+  CliRun r =
+      Cli({"plan", "--model", "llama3-8b", "--cluster", Example("small-8.yaml"),
+           "--format", "json", "--planner", "exact", "--budget", "30"});
   ASSERT_EQ(r.code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   for (const char* field :
@@ -87,8 +88,8 @@ TEST(CliTest, PlanPrintsJsonWithTheDocumentedFields) {
 
 TEST(CliTest, EvaluateRepricesAPlannedPlanAndRejectsAnEditedOne) {
   CliRun planned = Cli({"plan", "--model", "llama3-8b", "--cluster",
-                     Example("small-8.yaml"), "--format", "json",
-                     "--max-evaluations", "2000"});
+                        Example("small-8.yaml"), "--format", "json",
+                        "--planner", "exact", "--max-evaluations", "2000"});
   ASSERT_EQ(planned.code, 0) << planned.err;
   const std::string plan_path = WriteTemp("plan.json", planned.out);
   CliRun again = Cli({"evaluate", "--plan", plan_path, "--model", "llama3-8b",
@@ -152,8 +153,9 @@ TEST(CliTest, BadInputExitsTwoNamingTheFieldAndValue) {
 }
 
 TEST(CliTest, RolloutsAreForTheLearnedPlannerAndNotNegative) {
-  CliRun other = Cli({"plan", "--model", "llama3-8b", "--cluster",
-                      Example("small-8.yaml"), "--rollouts", "8"});
+  CliRun other =
+      Cli({"plan", "--model", "llama3-8b", "--cluster", Example("small-8.yaml"),
+           "--planner", "exact", "--rollouts", "8"});
   EXPECT_EQ(other.code, 2);
   EXPECT_THAT(other.err, HasSubstr("--rollouts: only for planner "
                                    "\"learned\", not \"exact\""));

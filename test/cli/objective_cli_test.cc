@@ -26,7 +26,8 @@ std::string Source(const std::string& relative) {
 CliRun PlanSmall(const std::string& objective) {
   return Cli({"plan", "--model", "llama3-8b", "--cluster",
               Source("examples/small-8.yaml"), "--format", "json",
-              "--objective", objective, "--budget", "60"});
+              "--objective", objective, "--planner", "exact", "--budget",
+              "60"});
 }
 
 TEST(ObjectiveCliTest, UsdPerTokenPlansOnTheCheaperGpusOnly) {
@@ -85,7 +86,7 @@ TEST(ObjectiveCliTest, UnpricedGpuTypeIsBadInputUnderUsdPerToken) {
     return Cli({"plan", "--model", "llama3-8b", "--cluster",
                 Source("examples/small-8.yaml"), "--format", "json",
                 "--objective", objective, "--profiles-dir", dir.string(),
-                "--max-evaluations", "2000"});
+                "--planner", "exact", "--max-evaluations", "2000"});
   };
   CliRun cheap = plan("usd_per_token");
   EXPECT_EQ(cheap.code, 2);

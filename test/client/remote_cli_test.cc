@@ -153,7 +153,8 @@ TEST_F(RemoteCliTest, ServerErrorsKeepTheirCodeAndField) {
        ("remote_cli_a5000_" + std::to_string(::getpid()) + ".yaml"))
           .string();
   std::ofstream(one_a5000) << "nodes:\n  - {name: box, gpu: A5000, gpus: 1}\n";
-  CliRun r = Cli(With({"plan", "--model", "gpt3-175b", "--cluster", one_a5000},
+  CliRun r = Cli(With({"plan", "--model", "gpt3-175b", "--cluster", one_a5000,
+                       "--planner", "exact"},
                       Remote()));
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_THAT(r.err,

@@ -1,0 +1,189 @@
+// `arachne plan` without --planner, in process: the learned planner where
+// a policy serves the model (the shipped profiles/policies/llama3-8b.pt),
+// else template-search with a one-line reason naming the model; the output
+// says which; named planners run as before; the default stays under its
+// latency budget.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "planner_service/core/learned_planner.h"
+#include "planner_service/policy/torch_policy.h"
+#include "test/cli/cli_runner.h"
+
+namespace arachne {
+namespace {
+
+using ::arachne::testing::Cli;
+using ::arachne::testing::CliRun;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+std::string Example(const std::string& name) {
+  return std::string(ARACHNE_SOURCE_DIR) + "/examples/" + name;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+class DefaultPlannerCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("ARACHNE_POLICIES_DIR");
+    // As `arachne` registers it at start-up (planner_service/cli/main.cc).
+    RegisterTorchPolicy();
+  }
+  void TearDown() override {
+    RegisterLearnedPolicyFactory(nullptr);
+    unsetenv("ARACHNE_POLICIES_DIR");
+    if (!empty_dir_.empty()) std::filesystem::remove_all(empty_dir_);
+  }
+
+  // The policies directory read when the factory is registered
+  // (DefaultPoliciesDir): an empty one serves no model.
+  void RegisterWithEmptyPoliciesDir() {
+    empty_dir_ = std::filesystem::path(::testing::TempDir()) /
+                 ("arachne_no_policies_" + std::to_string(getpid()));
+    std::filesystem::remove_all(empty_dir_);
+    std::filesystem::create_directories(empty_dir_);
+    setenv("ARACHNE_POLICIES_DIR", empty_dir_.c_str(), 1);
+    RegisterTorchPolicy();
+  }
+
+  std::filesystem::path empty_dir_;
+};
+
+TEST_F(DefaultPlannerCliTest, LearnedWhereAPolicyServesTheModel) {
+  CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                  Example("a100-h100-64.yaml")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_GE(lines.size(), 3u) << r.out;
+  EXPECT_EQ(lines.front(), "planner: learned");
+  EXPECT_THAT(lines.back(), StartsWith("planner learned: "));
+
+  CliRun json = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                     Example("a100-h100-64.yaml"), "--format", "json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  nlohmann::json j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["planner"], "learned");
+  EXPECT_FALSE(j.contains("planner_fallback_reason"));
+}
+
+TEST_F(DefaultPlannerCliTest, EmptyPoliciesDirFallsBackNamingTheModel) {
+  RegisterWithEmptyPoliciesDir();
+  CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                  Example("a100-h100-64.yaml")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_GE(lines.size(), 3u) << r.out;
+  const std::string& line = lines.front();
+  EXPECT_THAT(line, StartsWith("planner: template-search (no learned policy "
+                               "serves model \"llama3-8b\": "));
+  EXPECT_THAT(line, HasSubstr((empty_dir_ / "llama3-8b.pt").string() +
+                              " does not exist"));
+  EXPECT_TRUE(absl::EndsWith(line, ")")) << line;
+  // The reason without NoPolicyMessage's frame: one line, said once.
+  EXPECT_THAT(line, Not(HasSubstr("plan with --planner")));
+  EXPECT_THAT(lines.back(), StartsWith("planner template-search: "));
+
+  CliRun json = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                     Example("a100-h100-64.yaml"), "--format", "json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  nlohmann::json j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["planner"], "template-search");
+  EXPECT_EQ("planner: template-search (" +
+                j["planner_fallback_reason"].get<std::string>() + ")",
+            line);
+  // The plan file with the reason is still one `evaluate` reads.
+  const std::filesystem::path plan = empty_dir_ / "plan.json";
+  std::ofstream(plan) << json.out;
+  CliRun e = Cli({"evaluate", "--model", "llama3-8b", "--cluster",
+                  Example("a100-h100-64.yaml"), "--plan", plan.string()});
+  EXPECT_EQ(e.code, 0) << e.err;
+}
+
+TEST_F(DefaultPlannerCliTest, NoFactoryFallsBackSayingSo) {
+  RegisterLearnedPolicyFactory(nullptr);
+  CliRun r = Cli(
+      {"plan", "--model", "llama3-8b", "--cluster", Example("small-8.yaml")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Lines(r.out).front(),
+            "planner: template-search (no learned policy serves model "
+            "\"llama3-8b\": this build has no LibTorch policy)");
+}
+
+TEST_F(DefaultPlannerCliTest, NamedPlannersRunAsBefore) {
+  // --planner exact: the exact search under its own default budget (60 s;
+  // exhaustive on 8 GPUs in well under it), and no default line.
+  CliRun exact = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                      Example("small-8.yaml"), "--planner", "exact"});
+  ASSERT_EQ(exact.code, 0) << exact.err;
+  std::vector<std::string> lines = Lines(exact.out);
+  EXPECT_THAT(lines.front(), Not(StartsWith("planner")));
+  EXPECT_THAT(lines.back(), StartsWith("planner exact: "));
+  EXPECT_THAT(lines.back(), HasSubstr(", exhaustive"));
+  // --planner template-search with a policy available: what was named.
+  CliRun ts =
+      Cli({"plan", "--model", "llama3-8b", "--cluster", Example("small-8.yaml"),
+           "--planner", "template-search", "--format", "json"});
+  ASSERT_EQ(ts.code, 0) << ts.err;
+  nlohmann::json j = nlohmann::json::parse(ts.out);
+  EXPECT_EQ(j["planner"], "template-search");
+  EXPECT_FALSE(j.contains("planner_fallback_reason"));
+  // --rollouts goes with learned and the default, not with exact.
+  CliRun rollouts =
+      Cli({"plan", "--model", "llama3-8b", "--cluster", Example("small-8.yaml"),
+           "--rollouts", "8", "--format", "json"});
+  ASSERT_EQ(rollouts.code, 0) << rollouts.err;
+  EXPECT_EQ(nlohmann::json::parse(rollouts.out)["planner"], "learned");
+  CliRun exact_rollouts =
+      Cli({"plan", "--model", "llama3-8b", "--cluster", Example("small-8.yaml"),
+           "--planner", "exact", "--rollouts", "8"});
+  EXPECT_EQ(exact_rollouts.code, 2);
+  EXPECT_THAT(exact_rollouts.err, HasSubstr("--rollouts: only for planner "
+                                            "\"learned\", not \"exact\""));
+}
+
+// Without --budget the default runs under its 0.9 s latency budget, counted
+// from the start of the call. The paper's 512 GPUs keep the learned
+// planner searching until the budget ends, so a longer default (the exact
+// planner's 60 s) or a budget counted from elsewhere would fail this.
+TEST_F(DefaultPlannerCliTest, DefaultStaysUnderItsLatencyBudget) {
+  for (bool learned : {true, false}) {
+    if (!learned) RegisterWithEmptyPoliciesDir();
+    const absl::Time start = absl::Now();
+    CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                    Example("paper-512.yaml"), "--format", "json"});
+    const absl::Duration wall = absl::Now() - start;
+    ASSERT_EQ(r.code, 0) << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["planner"], learned ? "learned" : "template-search");
+    const double planning_s = j["planning_time_s"].get<double>();
+    EXPECT_LT(planning_s, 1.0) << j["planner"];
+    // The rest of the call (argument parsing, printing) on a busy machine.
+    EXPECT_LT(wall, absl::Milliseconds(1500)) << j["planner"];
+  }
+  // A --budget given is the budget (the learned planners stop at 0.9 s).
+  CliRun r =
+      Cli({"plan", "--model", "llama3-8b", "--cluster",
+           Example("paper-512.yaml"), "--format", "json", "--budget", "0.2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_LT(nlohmann::json::parse(r.out)["planning_time_s"].get<double>(), 0.5);
+}
+
+}  // namespace
+}  // namespace arachne
