@@ -55,8 +55,10 @@ struct JobSettings {
   std::string planner_address;
   std::string planner_tls_ca, planner_tls_cert, planner_tls_key;
   std::string planner_token;  // read from token_file
-  std::string planner;        // "" = exact
-  double planner_budget_s = 2;
+  // "" = the default planner: learned where a policy serves the model, else
+  // template-search (planners.h, ChooseDefaultPlanner).
+  std::string planner;
+  double planner_budget_s = 2;  // learned and template-search stop at 0.9 s
   int planner_max_depth = 0;
   int planner_max_templates = 0;
   uint64_t planner_seed = 0;

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "arachne/v1/controller.grpc.pb.h"
@@ -118,7 +119,10 @@ switch_fixed_cost_s: 2
 timeouts: {lease_s: )",
       o.lease_s, R"(, transfer_round_s: 8, phase_s: 15, switch_s: 50}
 )",
-      o.extra.empty() ? "planner: {planner: exact, budget_s: 2}\n" : "",
+      // The exact planner unless `extra` names its own planner settings.
+      absl::StrContains(o.extra, "planner:")
+          ? ""
+          : "planner: {planner: exact, budget_s: 2}\n",
       o.extra, "\n");
 }
 
