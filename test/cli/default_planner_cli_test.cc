@@ -83,6 +83,26 @@ TEST_F(DefaultPlannerCliTest, LearnedWhereAPolicyServesTheModel) {
   EXPECT_FALSE(j.contains("planner_fallback_reason"));
 }
 
+// qwen3-8b has no policy of its own and the model-conditioned policy never
+// saw it in training (profiles/policies/general.json lists its models):
+// the default is still the learned planner, under a second.
+TEST_F(DefaultPlannerCliTest, HeldOutModelIsPlannedByTheConditionedPolicy) {
+  for (const char* cluster : {"a100-h100-64.yaml", "paper-512.yaml"}) {
+    CliRun r = Cli({"plan", "--model", "qwen3-8b", "--cluster",
+                    Example(cluster), "--format", "json"});
+    ASSERT_EQ(r.code, 0) << cluster << ": " << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["planner"], "learned") << cluster;
+    EXPECT_FALSE(j.contains("planner_fallback_reason")) << cluster;
+    EXPECT_LT(j["planning_time_s"].get<double>(), 1.0) << cluster;
+  }
+  std::ifstream meta(std::string(ARACHNE_SOURCE_DIR) +
+                     "/profiles/policies/general.json");
+  nlohmann::json info = nlohmann::json::parse(meta);
+  for (const auto& m : info["training"]["models"])
+    EXPECT_NE(m.get<std::string>(), "qwen3-8b");
+}
+
 TEST_F(DefaultPlannerCliTest, EmptyPoliciesDirFallsBackNamingTheModel) {
   RegisterWithEmptyPoliciesDir();
   CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster",
