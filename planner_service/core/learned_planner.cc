@@ -168,6 +168,16 @@ absl::Status LearnedPolicyServes(const CostModel& cm) {
 
 absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
                                                const PlannerOptions& options) {
+  if (!(config_.sampling_share > 0 && config_.sampling_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learned planner: sampling_share must be in (0, 1], got ",
+        config_.sampling_share));
+  }
+  if (config_.refinement_reserve < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learned planner: refinement_reserve must be >= 0, got ",
+        absl::FormatDuration(config_.refinement_reserve)));
+  }
   if (config_.sampled_rollouts < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("learned planner: sampled_rollouts must be >= 0, got ",
@@ -313,12 +323,17 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
                                  }),
                 std::move(e));
   };
+  const double budget_s = absl::ToDoubleSeconds(run_options.budget);
+  const double sampling_budget_s =
+      budget_s - std::min(absl::ToDoubleSeconds(config_.refinement_reserve),
+                          (1 - config_.sampling_share) * budget_s);
   for (int rollout = 0; rollout <= sampled_rollouts; ++rollout) {
     // The greedy rollout (0) runs whatever the budget so a tight budget
     // still plans; a cancelled run stops before it, as every planner does.
     const bool cancelled =
         options.cancelled != nullptr && options.cancelled->load();
     if ((rollout > 0 || cancelled) && tracker.OutOfBudget()) break;
+    if (rollout > 0 && tracker.elapsed_s() >= sampling_budget_s) break;
     const bool exploring = config_.exploration_interval > 0 && rollout > 0 &&
                            rollout % config_.exploration_interval == 0;
     play({}, rollout == 0 ? Pick::kGreedy
