@@ -19,9 +19,7 @@
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "worker_agent/agent_config.h"
-#ifdef ARACHNE_HAVE_TORCH
 #include "planner_service/policy/torch_policy.h"
-#endif
 
 namespace {
 
@@ -66,13 +64,11 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-#ifdef ARACHNE_HAVE_TORCH
   // The embedded planner's learned policies (profiles/policies or
   // $ARACHNE_POLICIES_DIR), as arachne-planner's: a job that names no
   // planner is planned by "learned" where a policy serves its model.
   RegisterTorchPolicy(
       {.policies_dir = "", .profiles_dir = settings->profiles_dir});
-#endif
   absl::StatusOr<std::unique_ptr<PlanSource>> planner =
       MakeEmbeddedPlanSource(settings->profiles_dir);
   if (!planner.ok()) return Usage(planner.status());

@@ -33,9 +33,7 @@
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/planning_context.h"
 #include "planner_service/io/python_plots.h"
-#ifdef ARACHNE_HAVE_TORCH
 #include "planner_service/policy/torch_policy.h"
-#endif
 
 namespace arachne {
 namespace {
@@ -118,15 +116,8 @@ absl::StatusOr<std::vector<std::string>> ResolvePlanners(
 }
 
 // Where the learned planner's checkpoints are when the options do not say:
-// where the registered LibTorch factory looks by default.
-std::string DefaultBenchPoliciesDir() {
-#ifdef ARACHNE_HAVE_TORCH
-  return DefaultPoliciesDir();
-#else
-  const char* env = std::getenv("ARACHNE_POLICIES_DIR");
-  return env != nullptr ? env : "";
-#endif
-}
+// where the registered policy factory looks by default.
+std::string DefaultBenchPoliciesDir() { return DefaultPoliciesDir(); }
 
 // Whether a learned-planner error says there is no policy for the model
 // (NoPolicyMessage), as opposed to a policy that found no plan.

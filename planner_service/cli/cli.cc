@@ -1,6 +1,10 @@
 #include "planner_service/cli/cli.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -36,9 +40,6 @@
 #include "planner_service/io/plan_io.h"
 #include "planner_service/io/planning_context.h"
 #include "planner_service/io/profile_io.h"
-#ifdef ARACHNE_HAVE_TORCH
-#include "planner_service/policy/train_command.h"
-#endif
 
 namespace arachne {
 namespace {
@@ -778,10 +779,47 @@ int RunBenchCommand(const BenchFlags& f, std::ostream& out,
   return kExitOk;
 }
 
+// `arachne train ARGS`: training needs LibTorch, which this binary does not
+// load, so it execs `arachne-train ARGS` from the running binary's
+// directory (built beside it in LibTorch builds). Returns only on error.
+int ExecTrain(int argc, const char* const* argv, std::ostream& out,
+              std::ostream& err) {
+  std::error_code ec;
+  const std::filesystem::path self =
+      std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) {
+    err << "error: arachne train: cannot find this binary's directory "
+           "(/proc/self/exe: "
+        << ec.message() << ")\n";
+    return kExitInternal;
+  }
+  const std::string trainer = (self.parent_path() / "arachne-train").string();
+  if (access(trainer.c_str(), X_OK) != 0) {
+    err << "error: arachne train runs " << trainer << ", which "
+        << (errno == ENOENT ? "does not exist" : std::strerror(errno))
+        << " (arachne-train is built only with LibTorch: "
+           "cmake --build build --target arachne-train)\n";
+    return kExitBadInput;
+  }
+  std::vector<char*> args;
+  args.push_back(const_cast<char*>(trainer.c_str()));
+  for (int i = 2; i < argc; ++i) args.push_back(const_cast<char*>(argv[i]));
+  args.push_back(nullptr);
+  out.flush();
+  err.flush();
+  execv(trainer.c_str(), args.data());
+  err << "error: arachne train: cannot run " << trainer << ": "
+      << std::strerror(errno) << "\n";
+  return kExitInternal;
+}
+
 }  // namespace
 
 int RunCli(int argc, const char* const* argv, std::ostream& out,
            std::ostream& err) {
+  if (argc >= 2 && std::string(argv[1]) == "train") {
+    return ExecTrain(argc, argv, out, err);
+  }
   CLI::App app{"arachne: parallelism plans for heterogeneous GPU clusters"};
   app.require_subcommand(1);
 
@@ -943,10 +981,12 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   replan->add_option("--reason", replan_reason, "for the decision log")
       ->capture_default_str();
 
-#ifdef ARACHNE_HAVE_TORCH
-  TrainOptions train_options;
-  CLI::App* train = AddTrainCommand(&app, &train_options);
-#endif
+  // Listed for --help only: RunCli execs arachne-train first (ExecTrain).
+  app.add_subcommand("train",
+                     "train a model's learned policy (GRPO): runs the "
+                     "arachne-train beside this binary, built with LibTorch; "
+                     "`arachne train --help`")
+      ->allow_extras();
 
   try {
     app.parse(argc, argv);
@@ -1008,9 +1048,6 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   }
   if (*replan) return RunReplan(replan_flags, replan_reason, out, err);
   if (*bench) return RunBenchCommand(bench_flags, out, err);
-#ifdef ARACHNE_HAVE_TORCH
-  if (*train) return RunTrainCommand(train_options, out, err);
-#endif
   if (*models) return RunModels(profiles_dir, list_format, out, err);
   if (*gpus) return RunGpus(profiles_dir, list_format, out, err);
   return kExitInternal;

@@ -14,6 +14,7 @@
 #include "glog/logging.h"
 #include "planner_service/policy/checkpoint.h"
 #include "planner_service/policy/policy_network_module.h"
+#include "planner_service/policy/policy_weights_file.h"
 
 namespace arachne {
 namespace {
@@ -232,7 +233,22 @@ absl::Status SavePolicyCheckpoint(const PolicyNetwork& network,
     return absl::InternalError(
         absl::StrCat("cannot write checkpoint metadata ", side.string()));
   }
-  return absl::OkStatus();
+  return WritePolicyWeightsFile(meta, *network.inference_weights(),
+                                WeightsFilePath(path));
+}
+
+absl::StatusOr<std::string> ExportPolicyWeights(const std::string& checkpoint) {
+  absl::StatusOr<LoadedPolicy> loaded = LoadPolicyCheckpoint(checkpoint);
+  if (!loaded.ok()) return loaded.status();
+  const std::string path = WeightsFilePath(checkpoint);
+  PolicyCheckpointInfo meta = loaded->info;
+  meta.network = loaded->network->config();
+  if (absl::Status s = WritePolicyWeightsFile(
+          meta, *loaded->network->inference_weights(), path);
+      !s.ok()) {
+    return s;
+  }
+  return path;
 }
 
 absl::StatusOr<LoadedPolicy> LoadPolicyCheckpoint(const std::string& path) {

@@ -67,6 +67,11 @@ class PolicyNetwork : public PolicyModel {
   // Refreshes the inference snapshot from the module's parameters; the
   // trainer calls it after every optimizer step.
   void SyncInference();
+  // The current inference snapshot (what Logits reads; the weights file
+  // stores it).
+  std::shared_ptr<const PolicyWeights> inference_weights() const {
+    return weights_;
+  }
 
   // Copies every parameter of `other` (same config) into this network.
   void CopyFrom(const PolicyNetwork& other);

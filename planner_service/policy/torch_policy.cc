@@ -1,5 +1,7 @@
 #include "planner_service/policy/torch_policy.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -11,8 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "planner_service/io/data_files.h"
-#include "planner_service/policy/checkpoint.h"
-#include "planner_service/policy/policy_network.h"
+#include "planner_service/policy/checkpoint_info.h"
+#include "planner_service/policy/policy_inference.h"
+#include "planner_service/policy/policy_weights_file.h"
 
 #ifndef ARACHNE_DEFAULT_POLICIES_DIR
 #define ARACHNE_DEFAULT_POLICIES_DIR "profiles/policies"
@@ -21,25 +24,30 @@
 namespace arachne {
 namespace {
 
-// Shares one loaded network between plans; inference only reads it.
+// Shares one loaded snapshot between plans; inference only reads it.
 class SharedPolicy : public PolicyModel {
  public:
-  explicit SharedPolicy(std::shared_ptr<PolicyNetwork> network)
-      : network_(std::move(network)) {}
+  explicit SharedPolicy(std::shared_ptr<const PolicyWeights> weights)
+      : weights_(std::move(weights)) {}
   void ActionProbabilities(const ConstructionEnv& env,
                            absl::Span<float> probabilities) override {
-    network_->ActionProbabilities(env, probabilities, scratch_);
+    // As PolicyNetwork::ActionProbabilities: exp of the masked log-softmax.
+    PolicyLogits(*weights_, env, scratch_, &scratch_.logits);
+    absl::Span<const uint8_t> mask = env.LegalMask();
+    const size_t n = std::min(probabilities.size(), scratch_.logits.size());
+    for (size_t a = 0; a < n; ++a)
+      probabilities[a] = mask[a] ? std::exp(scratch_.logits[a]) : 0.0f;
   }
 
  private:
   PolicyScratch scratch_;  // one planning run's inference buffers
-  std::shared_ptr<PolicyNetwork> network_;
+  std::shared_ptr<const PolicyWeights> weights_;
 };
 
 struct CachedCheckpoint {
   std::filesystem::file_time_type mtime;
   PolicyCheckpointInfo info;
-  std::shared_ptr<PolicyNetwork> network;
+  std::shared_ptr<const PolicyWeights> weights;
 };
 
 absl::Mutex cache_mu;
@@ -58,9 +66,9 @@ absl::StatusOr<CachedCheckpoint> LoadCached(const std::string& path) {
   absl::MutexLock lock(&cache_mu);
   auto it = Cache().find(path);
   if (it != Cache().end() && it->second.mtime == mtime) return it->second;
-  absl::StatusOr<LoadedPolicy> loaded = LoadPolicyCheckpoint(path);
+  absl::StatusOr<LoadedPolicyWeights> loaded = ReadPolicyWeightsFile(path);
   if (!loaded.ok()) return loaded.status();
-  CachedCheckpoint entry{mtime, loaded->info, std::move(loaded->network)};
+  CachedCheckpoint entry{mtime, loaded->info, std::move(loaded->weights)};
   Cache()[path] = entry;
   return entry;
 }
@@ -92,7 +100,7 @@ PolicyModelFactory MakeTorchPolicyFactory(TorchPolicyOptions options) {
     std::vector<std::string> why;
     for (const std::string& name : names) {
       const std::string path =
-          (std::filesystem::path(options.policies_dir) / (name + ".pt"))
+          (std::filesystem::path(options.policies_dir) / (name + ".weights"))
               .string();
       absl::StatusOr<CachedCheckpoint> ckpt = LoadCached(path);
       if (!ckpt.ok()) {
@@ -119,12 +127,12 @@ PolicyModelFactory MakeTorchPolicyFactory(TorchPolicyOptions options) {
         continue;
       }
       return std::unique_ptr<PolicyModel>(
-          std::make_unique<SharedPolicy>(ckpt->network));
+          std::make_unique<SharedPolicy>(ckpt->weights));
     }
     // Then the model-conditioned policy, which serves any model.
     const std::string general_path =
         (std::filesystem::path(options.policies_dir) /
-         (std::string(kGeneralPolicyModel) + ".pt"))
+         (std::string(kGeneralPolicyModel) + ".weights"))
             .string();
     absl::StatusOr<CachedCheckpoint> general = LoadCached(general_path);
     if (!general.ok()) {
@@ -141,7 +149,7 @@ PolicyModelFactory MakeTorchPolicyFactory(TorchPolicyOptions options) {
       why.push_back(std::string(fits.message()));
     } else {
       return std::unique_ptr<PolicyModel>(
-          std::make_unique<SharedPolicy>(general->network));
+          std::make_unique<SharedPolicy>(general->weights));
     }
     return absl::FailedPreconditionError(
         NoPolicyMessage(model.name, absl::StrJoin(why, "; ")));

@@ -1,7 +1,10 @@
-// The LibTorch policy as the planner core's PolicyModel: resolves a model's
-// checkpoint (its own, else its declared relative's, else the
-// model-conditioned one) and registers the
-// factory LearnedPlanner uses (learned_planner.h).
+// The learned policy as the planner core's PolicyModel: resolves a model's
+// weights file (its own, else its declared relative's, else the
+// model-conditioned one) and registers the factory LearnedPlanner uses
+// (learned_planner.h). LibTorch-free (library arachne_policy_runtime): it
+// reads the `<model>.weights` files (policy_weights_file.h) that every
+// checkpoint has beside its LibTorch archive `<model>.pt`, so planning
+// binaries do not load LibTorch. (The name is historical.)
 #ifndef ARACHNE_PLANNER_SERVICE_POLICY_TORCH_POLICY_H_
 #define ARACHNE_PLANNER_SERVICE_POLICY_TORCH_POLICY_H_
 
@@ -12,7 +15,7 @@
 namespace arachne {
 
 struct TorchPolicyOptions {
-  // Where `<model>.pt` checkpoints are looked up; "" = DefaultPoliciesDir().
+  // Where `<model>.weights` files are looked up; "" = DefaultPoliciesDir().
   std::string policies_dir;
   // Profiles directory the plans use ("" = built-in data): its
   // calibration.json enters the profile fingerprint.
@@ -23,9 +26,10 @@ struct TorchPolicyOptions {
 // (compiled in).
 std::string DefaultPoliciesDir();
 
-// The factory: for a cost model of model M, loads `<dir>/M.pt`, else
-// `<dir>/R.pt` with R = ModelSpec::policy_relative, else the
-// model-conditioned `<dir>/general.pt` (kGeneralPolicyModel, any model), and
+// The factory: for a cost model of model M, loads `<dir>/M.weights`, else
+// `<dir>/R.weights` with R = ModelSpec::policy_relative, else the
+// model-conditioned `<dir>/general.weights` (kGeneralPolicyModel, any
+// model), and
 // checks that the checkpoint was made for that model (or is the
 // conditioned one), this format version and the profile fingerprint of the
 // cost model's catalog and calibration. A model's own or declared policy

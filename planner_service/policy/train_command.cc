@@ -487,6 +487,11 @@ absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& o,
 CLI::App* AddTrainCommand(CLI::App* app, TrainOptions* o) {
   CLI::App* train = app->add_subcommand(
       "train", "train a model's learned policy (GRPO, docs/learned-policy.md)");
+  AddTrainFlags(train, o);
+  return train;
+}
+
+void AddTrainFlags(CLI::App* train, TrainOptions* o) {
   train->add_option("--model", o->model,
                     "model catalog id (one model's policy)");
   train->add_option("--models", o->models,
@@ -547,7 +552,9 @@ CLI::App* AddTrainCommand(CLI::App* app, TrainOptions* o) {
                     "sampled rollouts of the learned planner in --evaluate")
       ->capture_default_str();
   train->add_option("--eval-out", o->eval_out, "CSV of --evaluate");
-  return train;
+  train->add_option("--export-weights", o->export_weights,
+                    "instead of training: write this checkpoint's (.pt) "
+                    "LibTorch-free weights file (.weights) beside it");
 }
 
 int RunTrainCommand(const TrainOptions& options, std::ostream& out,
@@ -563,6 +570,13 @@ int RunTrainCommand(const TrainOptions& options, std::ostream& out,
         return 1;
     }
   };
+  if (!options.export_weights.empty()) {
+    absl::StatusOr<std::string> path =
+        ExportPolicyWeights(options.export_weights);
+    if (!path.ok()) return fail(path.status());
+    out << "wrote " << *path << "\n";
+    return 0;
+  }
   if (!options.evaluate.empty()) {
     absl::StatusOr<std::vector<PolicyEvaluationRow>> rows =
         EvaluatePolicy(options, out);

@@ -1,7 +1,8 @@
-// `arachne train`: trains the policy of one model with GRPO on generated
-// compositions (none of bench/scenarios) and writes a checkpoint, its
-// metadata and the training curve. Built only with LibTorch; cli.cc adds
-// the subcommand under #ifdef ARACHNE_HAVE_TORCH.
+// `arachne-train` (what `arachne train ARGS` execs): trains the policy of
+// one model with GRPO on generated compositions (none of bench/scenarios)
+// and writes a checkpoint, its weights file, its metadata and the training
+// curve. Built only with LibTorch (train_main.cc), so the `arachne` binary
+// does not load LibTorch.
 #ifndef ARACHNE_PLANNER_SERVICE_POLICY_TRAIN_COMMAND_H_
 #define ARACHNE_PLANNER_SERVICE_POLICY_TRAIN_COMMAND_H_
 
@@ -63,6 +64,10 @@ struct TrainOptions {
   double eval_budget_s = 5;
   int eval_samples = 256;  // sampled rollouts of the learned planner
   std::string eval_out;
+
+  // Instead of training (--export-weights CHECKPOINT.pt): write the
+  // checkpoint's LibTorch-free weights file beside it (ExportPolicyWeights).
+  std::string export_weights;
 };
 
 struct TrainReport {
@@ -99,6 +104,8 @@ struct PolicyEvaluationRow {
 absl::StatusOr<std::vector<PolicyEvaluationRow>> EvaluatePolicy(
     const TrainOptions& options, std::ostream& out);
 
+// Adds the training flags to `app` (arachne-train's own).
+void AddTrainFlags(CLI::App* app, TrainOptions* options);
 // Adds `train` with its flags to `app`; the returned subcommand is parsed
 // when `*returned` is true after parsing.
 CLI::App* AddTrainCommand(CLI::App* app, TrainOptions* options);

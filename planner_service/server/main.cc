@@ -13,9 +13,7 @@
 #include "planner_service/api/planner_handler_impl.h"
 #include "planner_service/server/planner_server.h"
 #include "planner_service/server/server_config.h"
-#ifdef ARACHNE_HAVE_TORCH
 #include "planner_service/policy/torch_policy.h"
-#endif
 
 int main(int argc, char** argv) {
   CLI::App app{"arachne-planner: gRPC planning service (arachne.v1.Planner)"};
@@ -40,11 +38,9 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-#ifdef ARACHNE_HAVE_TORCH
   // The learned planner's policies; loaded per model on first use.
   arachne::RegisterTorchPolicy({.policies_dir = settings->policies_dir,
                                 .profiles_dir = settings->handler.profiles_dir});
-#endif
   auto impl = arachne::PlannerHandlerImpl::Create(settings->handler);
   if (!impl.ok()) {
     std::cerr << "arachne-planner: " << impl.status().message() << "\n";

@@ -113,7 +113,7 @@ TEST_F(DefaultPlannerCliTest, EmptyPoliciesDirFallsBackNamingTheModel) {
   const std::string& line = lines.front();
   EXPECT_THAT(line, StartsWith("planner: template-search (no learned policy "
                                "serves model \"llama3-8b\": "));
-  EXPECT_THAT(line, HasSubstr((empty_dir_ / "llama3-8b.pt").string() +
+  EXPECT_THAT(line, HasSubstr((empty_dir_ / "llama3-8b.weights").string() +
                               " does not exist"));
   EXPECT_TRUE(absl::EndsWith(line, ")")) << line;
   // The reason without NoPolicyMessage's frame: one line, said once.

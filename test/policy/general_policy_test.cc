@@ -181,8 +181,8 @@ TEST_F(GeneralFactoryTest, RefusesAGeneralFileThatIsNotConditioned) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   // Every path tried, in the order of the selection rule.
   EXPECT_THAT(r.status().message(),
-              HasSubstr((dir_ / "toy.pt").string() + " does not exist; " +
-                        (dir_ / "general.pt").string() +
+              HasSubstr((dir_ / "toy.weights").string() + " does not exist; " +
+                        (dir_ / "general.weights").string() +
                         ": not a model-conditioned policy"));
 }
 

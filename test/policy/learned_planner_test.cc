@@ -228,7 +228,7 @@ TEST_F(TorchPolicyTest, NoCheckpointFailsNamingThePathAndFallback) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(),
               HasSubstr("learned planner: no policy for model \"toy\": " +
-                        (dir_ / "toy.pt").string() + " does not exist"));
+                        (dir_ / "toy.weights").string() + " does not exist"));
   EXPECT_THAT(r.status().message(),
               HasSubstr("plan with --planner template-search"));
 }

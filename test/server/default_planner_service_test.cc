@@ -128,7 +128,7 @@ TEST_F(DefaultPlannerServiceTest, EmptyPoliciesDirFallsBackWithTheReason) {
   EXPECT_THAT(
       response.planner_fallback_reason(),
       StartsWith("no learned policy serves model \"llama3-8b\": " +
-                 (empty_dir_ / "llama3-8b.pt").string() + " does not exist"));
+                 (empty_dir_ / "llama3-8b.weights").string() + " does not exist"));
   EXPECT_EQ(response.planner_fallback_reason().find('\n'), std::string::npos);
 }
 
@@ -249,7 +249,7 @@ TEST_F(DefaultPlannerServiceTest, RemoteCliPrintsTheSameLine) {
       lines.front(),
       StartsWith("planner: template-search (no learned policy serves "
                  "model \"llama3-8b\": " +
-                 (empty_dir_ / "llama3-8b.pt").string() + " does not exist"));
+                 (empty_dir_ / "llama3-8b.weights").string() + " does not exist"));
   EXPECT_THAT(lines.back(), StartsWith("planner template-search: "));
   // In process, with the same factory: the same line.
   std::vector<std::string> local_args(args.begin(), args.end() - 2);

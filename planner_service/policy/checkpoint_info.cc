@@ -1,7 +1,7 @@
-// The torch-free half of checkpoints: metadata and fingerprint. Writing and
-// reading the weights is in policy_network.cc (the LibTorch translation
-// unit).
-#include "planner_service/policy/checkpoint.h"
+// The LibTorch-free half of checkpoints: metadata and fingerprint. The
+// LibTorch archive is written and read in policy_network.cc, the weights
+// file in policy_weights_file.cc.
+#include "planner_service/policy/checkpoint_info.h"
 
 #include <cstdio>
 
