@@ -103,6 +103,20 @@ TEST_F(DefaultPlannerCliTest, HeldOutModelIsPlannedByTheConditionedPolicy) {
     EXPECT_NE(m.get<std::string>(), "qwen3-8b");
 }
 
+// An imported Hugging Face config.json (Mistral-7B: in no catalog, no
+// policy of its own) is planned by the learned planner too.
+TEST_F(DefaultPlannerCliTest, ImportedConfigIsPlannedByTheConditionedPolicy) {
+  CliRun r = Cli({"plan", "--model",
+                  std::string(ARACHNE_SOURCE_DIR) + "/test/data/hf/mistral-7b.json",
+                  "--cluster", Example("a100-h100-64.yaml"), "--format",
+                  "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["planner"], "learned");
+  EXPECT_FALSE(j.contains("planner_fallback_reason"));
+  EXPECT_GT(j["throughput_iters_per_s"].get<double>(), 0);
+}
+
 TEST_F(DefaultPlannerCliTest, EmptyPoliciesDirFallsBackNamingTheModel) {
   RegisterWithEmptyPoliciesDir();
   CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster",
