@@ -21,6 +21,7 @@
 #include "planner_service/core/learned_planner.h"
 #include "planner_service/policy/torch_policy.h"
 #include "test/cli/cli_runner.h"
+#include "test/policy/registered_policies.h"
 
 namespace arachne {
 namespace {
@@ -41,29 +42,12 @@ std::vector<std::string> Lines(const std::string& text) {
 
 class DefaultPlannerCliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    unsetenv("ARACHNE_POLICIES_DIR");
-    // As `arachne` registers it at start-up (planner_service/cli/main.cc).
-    RegisterTorchPolicy();
-  }
-  void TearDown() override {
-    RegisterLearnedPolicyFactory(nullptr);
-    unsetenv("ARACHNE_POLICIES_DIR");
-    if (!empty_dir_.empty()) std::filesystem::remove_all(empty_dir_);
-  }
-
-  // The policies directory read when the factory is registered
-  // (DefaultPoliciesDir): an empty one serves no model.
+  // As the binary registers it at start-up.
   void RegisterWithEmptyPoliciesDir() {
-    empty_dir_ = std::filesystem::path(::testing::TempDir()) /
-                 ("arachne_no_policies_" + std::to_string(getpid()));
-    std::filesystem::remove_all(empty_dir_);
-    std::filesystem::create_directories(empty_dir_);
-    setenv("ARACHNE_POLICIES_DIR", empty_dir_.c_str(), 1);
-    RegisterTorchPolicy();
+    policies_.RegisterWithEmptyPoliciesDir();
   }
 
-  std::filesystem::path empty_dir_;
+  testing::RegisteredPolicies policies_;
 };
 
 TEST_F(DefaultPlannerCliTest, LearnedWhereAPolicyServesTheModel) {
@@ -127,7 +111,7 @@ TEST_F(DefaultPlannerCliTest, EmptyPoliciesDirFallsBackNamingTheModel) {
   const std::string& line = lines.front();
   EXPECT_THAT(line, StartsWith("planner: template-search (no learned policy "
                                "serves model \"llama3-8b\": "));
-  EXPECT_THAT(line, HasSubstr((empty_dir_ / "llama3-8b.weights").string() +
+  EXPECT_THAT(line, HasSubstr((policies_.empty_dir() / "llama3-8b.weights").string() +
                               " does not exist"));
   EXPECT_TRUE(absl::EndsWith(line, ")")) << line;
   // The reason without NoPolicyMessage's frame: one line, said once.
@@ -143,7 +127,7 @@ TEST_F(DefaultPlannerCliTest, EmptyPoliciesDirFallsBackNamingTheModel) {
                 j["planner_fallback_reason"].get<std::string>() + ")",
             line);
   // The plan file with the reason is still one `evaluate` reads.
-  const std::filesystem::path plan = empty_dir_ / "plan.json";
+  const std::filesystem::path plan = policies_.empty_dir() / "plan.json";
   std::ofstream(plan) << json.out;
   CliRun e = Cli({"evaluate", "--model", "llama3-8b", "--cluster",
                   Example("a100-h100-64.yaml"), "--plan", plan.string()});

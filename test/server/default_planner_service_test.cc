@@ -22,6 +22,7 @@
 #include "planner_service/core/learned_planner.h"
 #include "planner_service/policy/torch_policy.h"
 #include "test/cli/cli_runner.h"
+#include "test/policy/registered_policies.h"
 #include "test/server/loopback_server.h"
 
 namespace arachne {
@@ -74,26 +75,9 @@ class DefaultPlannerServiceTest : public ::testing::Test {
     delete server_;
     channel_.reset();
   }
-  void SetUp() override {
-    unsetenv("ARACHNE_POLICIES_DIR");
-    // As arachne-planner registers it at start-up (server/main.cc).
-    RegisterTorchPolicy();
-  }
-  void TearDown() override {
-    RegisterLearnedPolicyFactory(nullptr);
-    unsetenv("ARACHNE_POLICIES_DIR");
-    if (!empty_dir_.empty()) std::filesystem::remove_all(empty_dir_);
-  }
-
-  // The factory reads the policies directory when registered
-  // (DefaultPoliciesDir); an empty one serves no model.
+  // As the binary registers it at start-up.
   void RegisterWithEmptyPoliciesDir() {
-    empty_dir_ = std::filesystem::path(::testing::TempDir()) /
-                 ("arachne_service_no_policies_" + std::to_string(getpid()));
-    std::filesystem::remove_all(empty_dir_);
-    std::filesystem::create_directories(empty_dir_);
-    setenv("ARACHNE_POLICIES_DIR", empty_dir_.c_str(), 1);
-    RegisterTorchPolicy();
+    policies_.RegisterWithEmptyPoliciesDir();
   }
 
   grpc::Status Plan(const v1::PlanRequest& r, v1::PlanResponse* response) {
@@ -103,7 +87,7 @@ class DefaultPlannerServiceTest : public ::testing::Test {
   }
 
   std::unique_ptr<v1::Planner::Stub> stub_ = v1::Planner::NewStub(channel_);
-  std::filesystem::path empty_dir_;
+  testing::RegisteredPolicies policies_;
   static testing::LoopbackServer* server_;
   static std::shared_ptr<grpc::Channel> channel_;
 };
@@ -128,7 +112,7 @@ TEST_F(DefaultPlannerServiceTest, EmptyPoliciesDirFallsBackWithTheReason) {
   EXPECT_THAT(
       response.planner_fallback_reason(),
       StartsWith("no learned policy serves model \"llama3-8b\": " +
-                 (empty_dir_ / "llama3-8b.weights").string() + " does not exist"));
+                 (policies_.empty_dir() / "llama3-8b.weights").string() + " does not exist"));
   EXPECT_EQ(response.planner_fallback_reason().find('\n'), std::string::npos);
 }
 
@@ -249,7 +233,7 @@ TEST_F(DefaultPlannerServiceTest, RemoteCliPrintsTheSameLine) {
       lines.front(),
       StartsWith("planner: template-search (no learned policy serves "
                  "model \"llama3-8b\": " +
-                 (empty_dir_ / "llama3-8b.weights").string() + " does not exist"));
+                 (policies_.empty_dir() / "llama3-8b.weights").string() + " does not exist"));
   EXPECT_THAT(lines.back(), StartsWith("planner template-search: "));
   // In process, with the same factory: the same line.
   std::vector<std::string> local_args(args.begin(), args.end() - 2);
