@@ -660,9 +660,16 @@ void JobController::StartFirstPlan(const std::string& trigger) {
     failed(std::string(plan.status().message()));
     return;
   }
+  // Which planner answered, and why the default fell back when it did
+  // (the job names none: learned where a policy serves the model).
   Emit("decision",
-       absl::StrFormat("first plan on %d GPUs (%s): %.3f it/s predicted",
-                       cluster->total_gpus(), trigger, Throughput(answer->plan)));
+       absl::StrFormat("first plan on %d GPUs (%s): %.3f it/s predicted by %s%s",
+                       cluster->total_gpus(), trigger, Throughput(answer->plan),
+                       answer->planner,
+                       answer->planner_fallback_reason.empty()
+                           ? ""
+                           : absl::StrCat(" (", answer->planner_fallback_reason,
+                                          ")")));
   SwitchTarget target;
   {
     absl::MutexLock lock(&mu_);

@@ -544,6 +544,10 @@ TEST(ControllerFault, UnreachablePlannerIsRetriedThenTheEmbeddedOneAnswers) {
                         "failed 3 times; the embedded planner answers instead"),
             2);
   EXPECT_TRUE(AnyEventContains(events, "planner", "planner " + planner));
+  // The first plan's decision names the planner that answered (the job
+  // names exact, so there is no fallback reason).
+  EXPECT_TRUE(AnyEventContains(events, "decision",
+                               "it/s predicted by exact"));
 
   st = WaitFor(
       controller, [](const Status& s) { return s.phase() == "finished"; },
