@@ -46,15 +46,8 @@ void ResolveModelAndTraining(const v1::ModelRef& model,
 
 // The options as the service checks them (core/planning_options.h).
 void CheckOptions(const v1::PlannerOptions& o) {
-  PlanningOptionsInput input;
-  input.planner = o.planner();
-  input.budget_s = o.budget_s();
-  input.max_evaluations = o.max_evaluations();
-  input.max_depth = o.max_depth();
-  input.max_templates = o.max_templates();
-  input.objective = o.objective();
-  if (o.has_policy_rollouts()) input.policy_rollouts = o.policy_rollouts();
-  fuzz::CheckInputError(ValidatePlanningOptions(input, kRequestOptionNames),
+  fuzz::CheckInputError(ValidatePlanningOptions(PlanningOptionsFromProto(o),
+                                                kRequestOptionNames),
                         "options");
 }
 

@@ -15,6 +15,7 @@
 #include "planner_service/core/plan_validation.h"
 #include "planner_service/core/planners.h"
 #include "test/core/toy_fixture.h"
+#include "test/policy/policy_test_fixture.h"
 
 namespace arachne {
 namespace {
@@ -24,14 +25,6 @@ using ::testing::Not;
 
 class DefaultPlannerTest : public ::testing::Test {
  protected:
-  DefaultPlannerTest()
-      : cluster_(testing::MakeCluster(
-            catalog_, {{testing::kFast, 4}, {testing::kSlow, 4}})) {
-    auto cm = CostModel::Create(catalog_, testing::ToyModel(),
-                                testing::ToyTraining(), cluster_, profiles_);
-    CHECK(cm.ok()) << cm.status();
-    cm_ = std::make_unique<CostModel>(*std::move(cm));
-  }
   void TearDown() override { RegisterLearnedPolicyFactory(nullptr); }
 
   static PlannerOptions Options() {
@@ -53,33 +46,32 @@ class DefaultPlannerTest : public ::testing::Test {
         });
   }
 
-  GpuCatalog catalog_ = testing::ToyCatalog();
-  ProfileStore profiles_ = testing::ToyProfiles();
-  Cluster cluster_;
-  std::unique_ptr<CostModel> cm_;
+  // 4 FAST + 4 SLOW GPUs.
+  testing::ToyComposition toy_{{{testing::kFast, 4}, {testing::kSlow, 4}}};
+  const CostModel& cm_ = toy_.cost_model();
   std::shared_ptr<std::atomic<int>> calls_ =
       std::make_shared<std::atomic<int>>(0);
 };
 
 TEST_F(DefaultPlannerTest, LearnedWhenThePolicyServesTheModel) {
   RegisterCountingFactory();
-  EXPECT_TRUE(LearnedPolicyServes(*cm_).ok());
+  EXPECT_TRUE(LearnedPolicyServes(cm_).ok());
   *calls_ = 0;
-  DefaultPlannerChoice choice = ChooseDefaultPlanner(*cm_);
+  DefaultPlannerChoice choice = ChooseDefaultPlanner(cm_);
   EXPECT_EQ(choice.name, "learned");
   EXPECT_EQ(choice.fallback_reason, "");
   ASSERT_NE(choice.planner, nullptr);
   EXPECT_EQ(choice.planner->name(), "learned");
   EXPECT_EQ(DefaultPlannerLine(choice.name, choice.fallback_reason),
             "planner: learned");
-  auto r = choice.planner->Run(*cm_, Options());
+  auto r = choice.planner->Run(cm_, Options());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->planner, "learned");
-  EXPECT_TRUE(ValidatePlan(r->plan, *cm_).ok());
+  EXPECT_TRUE(ValidatePlan(r->plan, cm_).ok());
   // The probe's policy is the one the run plans with: one factory call.
   EXPECT_EQ(*calls_, 1);
   // A second run asks the factory again rather than failing.
-  ASSERT_TRUE(choice.planner->Run(*cm_, Options()).ok());
+  ASSERT_TRUE(choice.planner->Run(cm_, Options()).ok());
   EXPECT_EQ(*calls_, 2);
 }
 
@@ -91,9 +83,9 @@ TEST_F(DefaultPlannerTest, TemplateSearchWithTheFactorysReasonInOneLine) {
                             "/p/toy.pt does not exist;\n/p/general.pt "
                             "does not exist"));
       });
-  absl::Status serves = LearnedPolicyServes(*cm_);
+  absl::Status serves = LearnedPolicyServes(cm_);
   EXPECT_EQ(serves.code(), absl::StatusCode::kFailedPrecondition);
-  DefaultPlannerChoice choice = ChooseDefaultPlanner(*cm_);
+  DefaultPlannerChoice choice = ChooseDefaultPlanner(cm_);
   EXPECT_EQ(choice.name, "template-search");
   // The factory's <why> without NoPolicyMessage's frame, on one line.
   EXPECT_EQ(choice.fallback_reason,
@@ -104,23 +96,23 @@ TEST_F(DefaultPlannerTest, TemplateSearchWithTheFactorysReasonInOneLine) {
             "\"toy\": /p/toy.pt does not exist; /p/general.pt does not "
             "exist)");
   ASSERT_NE(choice.planner, nullptr);
-  auto r = choice.planner->Run(*cm_, Options());
+  auto r = choice.planner->Run(cm_, Options());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->planner, "template-search");
-  EXPECT_TRUE(ValidatePlan(r->plan, *cm_).ok());
+  EXPECT_TRUE(ValidatePlan(r->plan, cm_).ok());
 }
 
 TEST_F(DefaultPlannerTest, TemplateSearchWithoutAFactory) {
   RegisterLearnedPolicyFactory(nullptr);
-  absl::Status serves = LearnedPolicyServes(*cm_);
+  absl::Status serves = LearnedPolicyServes(cm_);
   EXPECT_EQ(serves.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(serves.message(), HasSubstr("this build has no LibTorch policy"));
-  DefaultPlannerChoice choice = ChooseDefaultPlanner(*cm_);
+  DefaultPlannerChoice choice = ChooseDefaultPlanner(cm_);
   EXPECT_EQ(choice.name, "template-search");
   EXPECT_EQ(choice.fallback_reason,
             "no learned policy serves model \"toy\": this build has no "
             "LibTorch policy");
-  auto r = choice.planner->Run(*cm_, Options());
+  auto r = choice.planner->Run(cm_, Options());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->planner, "template-search");
 }

@@ -11,6 +11,7 @@
 #include "planner_service/core/learned_planner.h"
 #include "planner_service/core/plan_validation.h"
 #include "test/core/toy_fixture.h"
+#include "test/policy/policy_test_fixture.h"
 
 namespace arachne {
 namespace {
@@ -19,26 +20,17 @@ using ::testing::HasSubstr;
 
 class LearnedBudgetTest : public ::testing::Test {
  protected:
-  LearnedBudgetTest()
-      : cluster_(testing::MakeCluster(
-            catalog_, {{testing::kFast, 4}, {testing::kSlow, 4}})) {
-    auto cm = CostModel::Create(catalog_, testing::ToyModel(),
-                                testing::ToyTraining(), cluster_, profiles_);
-    CHECK(cm.ok()) << cm.status();
-    cm_ = std::make_unique<CostModel>(*std::move(cm));
-  }
   absl::StatusOr<PlanResult> Run(LearnedPlannerConfig config,
                                  absl::Duration budget) {
     PlannerOptions options;
     options.seed = 3;
     options.budget = budget;
     return LearnedPlanner(config, UniformPolicyFactory(), "template-search")
-        .Run(*cm_, options);
+        .Run(cm_, options);
   }
-  GpuCatalog catalog_ = testing::ToyCatalog();
-  ProfileStore profiles_ = testing::ToyProfiles();
-  Cluster cluster_;
-  std::unique_ptr<CostModel> cm_;
+  // 4 FAST + 4 SLOW GPUs.
+  testing::ToyComposition toy_{{{testing::kFast, 4}, {testing::kSlow, 4}}};
+  const CostModel& cm_ = toy_.cost_model();
 };
 
 TEST_F(LearnedBudgetTest, BadSplitSettingsAreNamed) {
@@ -86,9 +78,9 @@ TEST_F(LearnedBudgetTest, RolloutsBeyondTheBudgetStopAtTheirShare) {
     options.budget = absl::Milliseconds(200);
     options.clock = &clock;
     auto r = LearnedPlanner(c, UniformPolicyFactory(), "template-search")
-                 .Run(*cm_, options);
+                 .Run(cm_, options);
     CHECK(r.ok()) << r.status();
-    EXPECT_TRUE(ValidatePlan(r->plan, *cm_).ok());
+    EXPECT_TRUE(ValidatePlan(r->plan, cm_).ok());
     return r->stats.wall_s;
   };
   const double split = run({});

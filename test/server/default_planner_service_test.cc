@@ -63,18 +63,8 @@ std::string Example(const std::string& name) {
 
 class DefaultPlannerServiceTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    PlannerServiceConfig service;
-    service.workers = 1;
-    service.max_in_flight = 4;
-    server_ = new testing::LoopbackServer(std::move(service));
-    channel_ = grpc::CreateChannel(server_->address(),
-                                   grpc::InsecureChannelCredentials());
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    channel_.reset();
-  }
+  static void SetUpTestSuite() { suite_.Start(1, 4); }
+  static void TearDownTestSuite() { suite_.Stop(); }
   // As the binary registers it at start-up.
   void RegisterWithEmptyPoliciesDir() {
     policies_.RegisterWithEmptyPoliciesDir();
@@ -86,13 +76,11 @@ class DefaultPlannerServiceTest : public ::testing::Test {
     return stub_->Plan(&ctx, r, response);
   }
 
-  std::unique_ptr<v1::Planner::Stub> stub_ = v1::Planner::NewStub(channel_);
+  std::unique_ptr<v1::Planner::Stub> stub_ = v1::Planner::NewStub(suite_.channel());
   testing::RegisteredPolicies policies_;
-  static testing::LoopbackServer* server_;
-  static std::shared_ptr<grpc::Channel> channel_;
+  static testing::SuiteServer suite_;
 };
-testing::LoopbackServer* DefaultPlannerServiceTest::server_ = nullptr;
-std::shared_ptr<grpc::Channel> DefaultPlannerServiceTest::channel_;
+testing::SuiteServer DefaultPlannerServiceTest::suite_;
 
 TEST_F(DefaultPlannerServiceTest, LearnedWhereAPolicyServesTheModel) {
   v1::PlanResponse response;
@@ -219,7 +207,7 @@ TEST_F(DefaultPlannerServiceTest, RemoteCliPrintsTheSameLine) {
                                          "--cluster",
                                          Example("small-8.yaml"),
                                          "--server",
-                                         server_->address()};
+                                         suite_.address()};
   CliRun learned = Cli(args);
   ASSERT_EQ(learned.code, 0) << learned.err;
   EXPECT_THAT(learned.out, StartsWith("planner: learned\n"));

@@ -6,10 +6,12 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
+#include "grpcpp/grpcpp.h"
 #include "planner_service/api/planner_handler_impl.h"
 #include "planner_service/server/planner_server.h"
 
@@ -38,6 +40,30 @@ class LoopbackServer {
  private:
   std::unique_ptr<PlannerHandlerImpl> handler_;
   std::unique_ptr<PlannerServer> server_;  // shut down before the handler
+};
+
+// A LoopbackServer shared by the tests of one suite and a channel to it:
+// Start in SetUpTestSuite, Stop in TearDownTestSuite.
+class SuiteServer {
+ public:
+  void Start(int workers, int max_in_flight) {
+    PlannerServiceConfig service;
+    service.workers = workers;
+    service.max_in_flight = max_in_flight;
+    server_ = std::make_unique<LoopbackServer>(std::move(service));
+    channel_ = grpc::CreateChannel(server_->address(),
+                                   grpc::InsecureChannelCredentials());
+  }
+  void Stop() {
+    server_.reset();
+    channel_.reset();
+  }
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  std::string address() const { return server_->address(); }
+
+ private:
+  std::unique_ptr<LoopbackServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
 };
 
 }  // namespace arachne::testing

@@ -21,18 +21,8 @@ namespace {
 
 class PlannerDeadlineTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    PlannerServiceConfig service;
-    service.workers = 2;
-    service.max_in_flight = 8;
-    server_ = new testing::LoopbackServer(std::move(service));
-    channel_ = grpc::CreateChannel(server_->address(),
-                                   grpc::InsecureChannelCredentials());
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    channel_.reset();
-  }
+  static void SetUpTestSuite() { suite_.Start(2, 8); }
+  static void TearDownTestSuite() { suite_.Stop(); }
 
   // A search far longer than `deadline` (exact planner, 30 s budget, 12
   // nodes of three GPU types): the server caps the search at the deadline
@@ -69,13 +59,11 @@ class PlannerDeadlineTest : public ::testing::Test {
               << response.evaluations() << " evaluations";
   }
 
-  std::unique_ptr<v1::Planner::Stub> stub_ = v1::Planner::NewStub(channel_);
+  std::unique_ptr<v1::Planner::Stub> stub_ = v1::Planner::NewStub(suite_.channel());
 
-  static testing::LoopbackServer* server_;
-  static std::shared_ptr<grpc::Channel> channel_;
+  static testing::SuiteServer suite_;
 };
-testing::LoopbackServer* PlannerDeadlineTest::server_ = nullptr;
-std::shared_ptr<grpc::Channel> PlannerDeadlineTest::channel_;
+testing::SuiteServer PlannerDeadlineTest::suite_;
 
 TEST_F(PlannerDeadlineTest, ShortDeadlineAnswersWithBestPlanSoFar) {
   ExpectBestPlanSoFarWithin(absl::Milliseconds(500));

@@ -63,18 +63,8 @@ std::chrono::system_clock::time_point In(absl::Duration d) {
 
 class PlannerServiceTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    PlannerServiceConfig service;
-    service.workers = 2;
-    service.max_in_flight = 8;
-    server_ = new testing::LoopbackServer(std::move(service));
-    channel_ = grpc::CreateChannel(server_->address(),
-                                   grpc::InsecureChannelCredentials());
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    channel_.reset();
-  }
+  static void SetUpTestSuite() { suite_.Start(2, 8); }
+  static void TearDownTestSuite() { suite_.Stop(); }
 
   // The status of one Plan call on a fresh context (for the error cases).
   grpc::Status PlanStatus(const v1::PlanRequest& request) {
@@ -83,14 +73,12 @@ class PlannerServiceTest : public ::testing::Test {
     return stub_->Plan(&ctx, request, &response);
   }
 
-  std::unique_ptr<v1::Planner::Stub> stub_ = v1::Planner::NewStub(channel_);
+  std::unique_ptr<v1::Planner::Stub> stub_ = v1::Planner::NewStub(suite_.channel());
   grpc::ClientContext ctx_;
 
-  static testing::LoopbackServer* server_;
-  static std::shared_ptr<grpc::Channel> channel_;
+  static testing::SuiteServer suite_;
 };
-testing::LoopbackServer* PlannerServiceTest::server_ = nullptr;
-std::shared_ptr<grpc::Channel> PlannerServiceTest::channel_;
+testing::SuiteServer PlannerServiceTest::suite_;
 
 // The prediction the service returns is the in-process cost model's for the
 // same plan, and the in-process planner finds the same plan.
@@ -206,7 +194,7 @@ TEST_F(PlannerServiceTest, ListsModelsAndGpuTypes) {
 }
 
 TEST_F(PlannerServiceTest, HealthIsServing) {
-  auto health = grpc::health::v1::Health::NewStub(channel_);
+  auto health = grpc::health::v1::Health::NewStub(suite_.channel());
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status s = health->Check(&ctx_, {}, &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
@@ -219,7 +207,7 @@ TEST_F(PlannerServiceTest, HealthIsServing) {
 // a ServerReflectionRequest with list_services = "" (field 7) is the two
 // bytes 0x3A 0x00, and the answer must contain the service's full name.
 TEST_F(PlannerServiceTest, ReflectionListsThePlannerService) {
-  grpc::GenericStub stub(channel_);
+  grpc::GenericStub stub(suite_.channel());
   grpc::CompletionQueue cq;
   ctx_.set_deadline(In(absl::Seconds(10)));
   auto call = stub.PrepareCall(
