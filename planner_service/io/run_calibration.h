@@ -1,0 +1,211 @@
+// Calibration of the cost model from measured training runs: a run is a
+// model, training config, cluster and plan with the iteration time (and
+// optionally the peak memory per GPU) it was measured at. The fit finds the
+// corrections that make the cost model's predictions of the runs match:
+//
+//   * compute_scale[GPU type]: multiplier on that type's profiled layer
+//     compute time (CostParams::compute_scale), one per type the runs use;
+//   * micro_batch_fixed_ms / iteration_fixed_ms: the framework's host-side
+//     fixed costs (FrameworkConfig::micro_batch_fixed_s / iteration_fixed_s);
+//   * context_reserve_gib / fragmentation: the framework's memory outside
+//     the tensors (an additive GiB per GPU and a fraction of the tensors).
+//
+// The fit minimises the squared log error (time and memory separately: no
+// time correction changes memory and no memory correction changes time) and
+// fits only what the runs determine; see FitCorrections and
+// docs/measured-runs.md. Everything here is deterministic.
+//
+// Applying a calibration: ApplyCorrections on the TrainingConfig and
+// CostParams a PlanningContext is built from (`arachne plan / evaluate /
+// bench --calibration FILE`).
+#ifndef ARACHNE_PLANNER_SERVICE_IO_RUN_CALIBRATION_H_
+#define ARACHNE_PLANNER_SERVICE_IO_RUN_CALIBRATION_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "planner_service/core/cluster.h"
+#include "planner_service/core/cost_params.h"
+#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model.h"
+#include "planner_service/core/plan.h"
+
+namespace arachne {
+
+// One measured run, resolved: what a runs file row (measured_runs_io.h)
+// becomes, or what the live loop builds from a running job. `cluster` and
+// `plan` index the GPU catalog of the profiles_dir the run is priced with.
+struct MeasuredRun {
+  std::string label;   // unique among the runs of one fit
+  std::string source;  // where the measurement comes from (free text)
+  ModelSpec model;
+  TrainingConfig training;
+  Cluster cluster;
+  // Structurally valid for `cluster`; micro-batches need not be balanced
+  // (PredictRun balances them as the cost model does).
+  Plan plan;
+  double measured_iteration_s = 0;                // > 0
+  std::optional<double> measured_peak_gib;        // max over GPUs, > 0
+};
+
+// What a fit sets. An absent optional keeps the run's own framework value.
+struct RunCorrections {
+  // Canonical GPU id -> multiplier on its layer compute time (> 0).
+  std::map<std::string, double> compute_scale;
+  // Framework fields, in seconds / GiB as FrameworkConfig holds them.
+  std::optional<double> micro_batch_fixed_s;
+  std::optional<double> iteration_fixed_s;
+  std::optional<double> context_reserve_gib;
+  std::optional<double> fragmentation;
+
+  bool empty() const {
+    return compute_scale.empty() && !micro_batch_fixed_s &&
+           !iteration_fixed_s && !context_reserve_gib && !fragmentation;
+  }
+  friend bool operator==(const RunCorrections&,
+                         const RunCorrections&) = default;
+};
+
+// Sets the corrections on a config about to be priced: compute_scale
+// entries replace params->compute_scale's for the same GPU (others stay),
+// present framework fields replace training->framework's.
+void ApplyCorrections(const RunCorrections& corrections,
+                      TrainingConfig* training, CostParams* params);
+
+struct RunPrediction {
+  double iteration_s = 0;
+  // Max over the plan's stages of the predicted peak per GPU (GiB).
+  double peak_gib = 0;
+  // Of that stage: the tensors (weights + activations), and the rest
+  // (context reserve, buffers, fragmentation).
+  double tensors_gib = 0;
+  // Whether the peak is within the usable memory of the stage's GPU (a
+  // measured run ran, so it is priced either way; a run predicted not to
+  // fit is worth a look).
+  bool fits = true;
+  // Micro-batches of the busiest replica of the first template (the count
+  // the fixed cost per micro-batch multiplies).
+  int micro_batches_per_replica = 0;
+};
+
+// Prices `run` with `corrections` applied over `base` (the profiles of
+// `profiles_dir`, "" = built in; shipped profiles, then synthesized ones).
+// The run's plan is balanced and validated (ValidatePlan) except for its
+// memory: a measured run is priced even where the model predicts it does
+// not fit. Errors: the plan's InvalidArgument / FailedPrecondition (a
+// missing profile), prefixed with the run's label.
+absl::StatusOr<RunPrediction> PredictRun(const MeasuredRun& run,
+                                         const RunCorrections& corrections,
+                                         const std::string& profiles_dir,
+                                         const CostParams& base = {});
+
+// Names of the fitted parameters, as the calibration file and --fit write
+// them. A compute scale is "compute_scale[<GPU id>]"; the framework fields
+// take their FrameworkFieldNames names.
+inline constexpr absl::string_view kFitComputeScale = "compute_scale";
+inline constexpr absl::string_view kFitMicroBatchFixed = "micro_batch_fixed_ms";
+inline constexpr absl::string_view kFitIterationFixed = "iteration_fixed_ms";
+inline constexpr absl::string_view kFitContextReserve = "context_reserve_gib";
+inline constexpr absl::string_view kFitFragmentation = "fragmentation";
+
+struct FitOptions {
+  // Labels of the runs to fit on; empty: every run. The others are
+  // predicted with the result (held out). An unknown label is
+  // InvalidArgument.
+  std::vector<std::string> fit_on;
+  // What to fit, by the kFit* names; empty: automatic — every compute
+  // scale, the fixed costs where the runs determine them (left out with the
+  // reason otherwise), and the memory terms the runs with a measured peak
+  // determine. Named explicitly, a parameter the runs do not determine is
+  // FailedPrecondition instead.
+  std::vector<std::string> parameters;
+  std::string profiles_dir;  // "" = built in
+  CostParams base;           // priced over these (compute_scale is replaced)
+};
+
+struct FittedParameter {
+  std::string name;  // "compute_scale[A100-80GB]", "micro_batch_fixed_ms"
+  bool fitted = false;
+  double value = 0;    // in the unit of the name (ms, GiB, factor)
+  std::string reason;  // why it was left out (automatic mode), else empty
+};
+
+struct RunFitReport {
+  std::string label;
+  bool fitted_on = false;  // false: held out
+  double measured_iteration_s = 0;
+  std::optional<double> measured_peak_gib;
+  RunPrediction before;  // no corrections
+  RunPrediction after;   // with the fitted corrections
+};
+
+struct FitResult {
+  RunCorrections corrections;
+  std::vector<FittedParameter> parameters;  // fitted and left out, in order
+  std::vector<RunFitReport> runs;           // in input order
+  std::vector<std::string> fitted_on;       // labels, in input order
+  // Root mean square of log(predicted / measured) over the fitted runs.
+  double time_rms_log_error_before = 0;
+  double time_rms_log_error_after = 0;
+};
+
+// Fits the corrections to the runs of options.fit_on. Refuses with
+// FailedPrecondition, naming the parameter and why, when:
+//   * fewer runs (with a measured peak, for memory) than parameters;
+//   * a parameter cannot be told apart from the others: the column of the
+//     finite-difference Jacobian of log predicted time (memory) wrt the log
+//     parameter (at a reference value for a fixed cost that is 0) lies
+//     within kIdentifiabilityTolerance of the span of the other columns —
+//     e.g. two GPU types that only ever run together in the same
+//     proportion, or a fixed cost per micro-batch when every run has the
+//     same micro-batch count per replica (then the fixed cost scales with
+//     the compute exactly as a compute scale does).
+// InvalidArgument for duplicate labels, unknown fit_on labels or parameter
+// names; a run that cannot be priced is its PredictRun error.
+absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
+                                         const FitOptions& options);
+
+// Smallest distance (sine of the angle) between a parameter's normalised
+// Jacobian column and the span of the others for it to count as determined.
+inline constexpr double kIdentifiabilityTolerance = 0.05;
+
+// --- Calibration file -------------------------------------------------------
+//
+// {"format": "arachne-run-calibration-1",
+//  "compute_scale": {"A100-80GB": 1.31},
+//  "framework": {"micro_batch_fixed_ms": 1.2, "iteration_fixed_ms": 40,
+//                "context_reserve_gib": 2.1, "fragmentation": 0.07},
+//  "fitted_on": ["gpt-2.7b pp4 16 nodes"],
+//  "cluster_note": "H100-80GB: 64 GPUs on 16 nodes, 200 Gb/s"}
+inline constexpr absl::string_view kRunCalibrationFormat =
+    "arachne-run-calibration-1";
+
+struct RunCalibrationFile {
+  RunCorrections corrections;
+  std::vector<std::string> fitted_on;
+  std::string cluster_note;  // the clusters the fit saw (free text)
+};
+
+nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file);
+// Strict: unknown fields, a wrong format, a GPU id not in `catalog`
+// (aliases are resolved to the canonical id), a non-positive scale or an
+// out-of-range framework value are InvalidArgument "<source>: <field>: ...".
+absl::StatusOr<RunCalibrationFile> RunCalibrationFromJson(
+    const nlohmann::json& json, const GpuCatalog& catalog,
+    absl::string_view source);
+absl::StatusOr<RunCalibrationFile> LoadRunCalibrationFile(
+    const std::string& path, const GpuCatalog& catalog);
+// The clusters of `runs` in one line per distinct composition, for
+// cluster_note.
+std::string DescribeRunClusters(const std::vector<const MeasuredRun*>& runs,
+                                const GpuCatalog& catalog);
+
+}  // namespace arachne
+
+#endif  // ARACHNE_PLANNER_SERVICE_IO_RUN_CALIBRATION_H_
