@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "planner_service/io/cluster_io.h"
+#include "planner_service/io/framework_io.h"
 #include "planner_service/io/message_json.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
@@ -203,12 +204,7 @@ v1::PrepareRequest PrepareRequestFromArgs(const PrepareArgs& args,
   v1::PrepareRequest r;
   r.set_generation(args.generation);
   *r.mutable_model_spec() = ModelSpecToProto(args.job.model);
-  v1::TrainingConfig* t = r.mutable_training();
-  t->set_seq_len(args.job.training.seq_len);
-  t->set_global_batch(args.job.training.global_batch);
-  t->set_precision(std::string(PrecisionName(args.job.training.precision)));
-  t->set_recompute(std::string(RecomputeName(args.job.training.recompute)));
-  t->set_distributed_optimizer(args.job.training.distributed_optimizer);
+  *r.mutable_training() = TrainingToMessage(args.job.training);
   *r.mutable_engine() = EngineConfigToProto(args.job.engine);
   // Plans are written as plan files are (templates of a PlanDocument); the
   // prediction is not part of a switch.

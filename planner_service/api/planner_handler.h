@@ -44,6 +44,9 @@ struct TrainingSpec {
   std::string precision;
   std::string recompute;
   bool distributed_optimizer = false;
+  // The framework as the client gives it (absent = megatron-core); resolved
+  // with FrameworkFromMessage (framework_io.h).
+  v1::Framework framework;
 };
 
 struct PlanQuery {

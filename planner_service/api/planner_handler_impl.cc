@@ -17,6 +17,7 @@
 #include "planner_service/core/planners.h"
 #include "planner_service/core/planning_options.h"
 #include "planner_service/io/cluster_io.h"
+#include "planner_service/io/framework_io.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
@@ -102,6 +103,10 @@ absl::StatusOr<TrainingConfig> ResolveTraining(const TrainingSpec& spec) {
     t.recompute = *r;
   }
   t.distributed_optimizer = spec.distributed_optimizer;
+  absl::StatusOr<FrameworkConfig> framework =
+      FrameworkFromMessage(spec.framework, "", "training.framework");
+  if (!framework.ok()) return framework.status();
+  t.framework = *std::move(framework);
   if (absl::Status s = t.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("training: ", s.message()));
   }

@@ -31,8 +31,8 @@ ModelRef ModelRefFromProto(const v1::ModelRef& model) {
 }
 
 TrainingSpec TrainingFromProto(const v1::TrainingConfig& t) {
-  return {t.seq_len(), t.global_batch(), t.precision(), t.recompute(),
-          t.distributed_optimizer()};
+  return {t.seq_len(),   t.global_batch(),          t.precision(),
+          t.recompute(), t.distributed_optimizer(), t.framework()};
 }
 
 PlanningOptionsInput PlanningOptionsFromProto(const v1::PlannerOptions& o) {
@@ -93,6 +93,7 @@ v1::TrainingConfig TrainingToProto(const TrainingSpec& t) {
   out.set_precision(t.precision);
   out.set_recompute(t.recompute);
   out.set_distributed_optimizer(t.distributed_optimizer);
+  *out.mutable_framework() = t.framework;
   return out;
 }
 

@@ -35,6 +35,7 @@
 #include "planner_service/core/search_tracker.h"
 #include "planner_service/io/cluster_io.h"
 #include "planner_service/io/data_files.h"
+#include "planner_service/io/framework_io.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
@@ -56,6 +57,8 @@ struct InputFlags {
   std::string precision = "bf16";
   std::string recompute = "none";
   bool distributed_optimizer = false;
+  std::string framework;  // "": megatron-core
+  std::vector<std::string> framework_set;  // FIELD=VALUE, applied in order
   std::string profiles_dir;
   std::string format = "table";
   std::string svg;  // also write a diagram of the plan here
@@ -76,6 +79,14 @@ void AddInputFlags(CLI::App* cmd, InputFlags* f) {
                   "activation recomputation: none, selective or full");
   cmd->add_flag("--distributed-optimizer", f->distributed_optimizer,
                 "shard optimizer state over data-parallel replicas");
+  cmd->add_option("--framework", f->framework,
+                  "training framework preset: megatron-core (default), "
+                  "megatron-deepspeed, deepspeed-zero1, fsdp or "
+                  "arachne-reference (docs/cost-model.md#frameworks)");
+  cmd->add_option("--framework-set", f->framework_set,
+                  "override one field of the framework preset, FIELD=VALUE "
+                  "(e.g. attention=flash); repeatable")
+      ->allow_extra_args(false);  // one FIELD=VALUE per --framework-set
   cmd->add_option("--profiles-dir", f->profiles_dir,
                   "directory overriding the built-in profiles/ data");
   cmd->add_option("--format", f->format, "table or json");
@@ -141,6 +152,33 @@ absl::Status CheckFormat(const std::string& format) {
       absl::StrCat("--format: expected table or json, got \"", format, "\""));
 }
 
+// --framework, then each --framework-set in the order given.
+absl::StatusOr<FrameworkConfig> FrameworkFromFlags(const InputFlags& f) {
+  FrameworkConfig framework;
+  if (!f.framework.empty()) {
+    absl::StatusOr<FrameworkPreset> preset = ParseFrameworkPreset(f.framework);
+    if (!preset.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", preset.status().message()));
+    }
+    framework = FrameworkPresetConfig(*preset);
+  }
+  for (const std::string& set : f.framework_set) {
+    const size_t eq = set.find('=');
+    if (eq == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--framework-set: expected FIELD=VALUE, got \"", set, "\""));
+    }
+    if (absl::Status s = SetFrameworkField(framework, set.substr(0, eq),
+                                           set.substr(eq + 1));
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--framework-set: ", s.message()));
+    }
+  }
+  return framework;
+}
+
 absl::StatusOr<std::unique_ptr<PlanningContext>> LoadContext(
     const InputFlags& f) {
   if (absl::Status s = CheckFormat(f.format); !s.ok()) return s;
@@ -157,6 +195,9 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> LoadContext(
   if (!recompute.ok()) return recompute.status();
   req.training.recompute = *recompute;
   req.training.distributed_optimizer = f.distributed_optimizer;
+  absl::StatusOr<FrameworkConfig> framework = FrameworkFromFlags(f);
+  if (!framework.ok()) return framework.status();
+  req.training.framework = *std::move(framework);
   return PlanningContext::Create(req);
 }
 
@@ -199,6 +240,7 @@ absl::Status FillRemoteInputs(const InputFlags& f, const PlanningContext& ctx,
   training->precision = std::string(PrecisionName(ctx.training().precision));
   training->recompute = std::string(RecomputeName(ctx.training().recompute));
   training->distributed_optimizer = ctx.training().distributed_optimizer;
+  training->framework = FrameworkToMessage(ctx.training().framework);
   *cluster = ClusterToMessage(ctx.cluster(), ctx.catalog());
   return absl::OkStatus();
 }
@@ -254,6 +296,8 @@ absl::Status PrintPlan(std::ostream& out, const InputFlags& f,
     out << DefaultPlannerLine(planner, note.fallback_reason) << "\n";
   }
   out << RenderPlanTable(plan, prediction, ctx.cost_model());
+  // What the prediction assumed of the software, beside the planner line.
+  out << "\nframework: " << FrameworkSummary(ctx.training().framework);
   out << absl::StrFormat("\nplanner %s: %.2f s", planner, planning_time_s);
   if (stats) {
     out << absl::StrFormat(", %d plan evaluations%s", stats->evaluations,

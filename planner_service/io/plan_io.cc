@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "planner_service/core/node_pool.h"
 #include "planner_service/io/data_files.h"
+#include "planner_service/io/framework_io.h"
 #include "planner_service/io/json_yaml.h"
 #include "planner_service/io/message_json.h"
 
@@ -236,12 +237,9 @@ v1::PlanDocument PlanToDocument(const Plan& plan, const Prediction& prediction,
                                 const TrainingConfig& training) {
   v1::PlanDocument d;
   d.set_model(model.name);
-  v1::TrainingConfig* tc = d.mutable_training();
-  tc->set_seq_len(training.seq_len);
-  tc->set_global_batch(training.global_batch);
-  tc->set_precision(std::string(PrecisionName(training.precision)));
-  tc->set_recompute(std::string(RecomputeName(training.recompute)));
-  tc->set_distributed_optimizer(training.distributed_optimizer);
+  // The framework as its preset and overrides, so the file says what the
+  // prediction assumed and reads back to the same config.
+  *d.mutable_training() = TrainingToMessage(training);
   d.set_iteration_time_s(prediction.iteration_time_s);
   d.set_throughput_iters_per_s(prediction.throughput_iters_per_s);
   d.set_tokens_per_s(prediction.tokens_per_s);
@@ -330,6 +328,14 @@ absl::StatusOr<Plan> PlanFromJson(const nlohmann::json& json,
   ARACHNE_IO_RETURN_IF_ERROR(MessageFromJson(
       WithReplicaRowsAsMessages(json), source, "", &document));
   return PlanFromMessage(document.templates(), cluster, catalog, source);
+}
+
+absl::StatusOr<TrainingConfig> PlanTrainingFromJson(const nlohmann::json& json,
+                                                    absl::string_view source) {
+  v1::PlanDocument document;
+  ARACHNE_IO_RETURN_IF_ERROR(MessageFromJson(
+      WithReplicaRowsAsMessages(json), source, "", &document));
+  return TrainingFromMessage(document.training(), source, "training");
 }
 
 absl::StatusOr<Plan> LoadPlanFile(const std::string& path,

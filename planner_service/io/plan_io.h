@@ -5,7 +5,9 @@
 // {
 //   "model": "llama3-8b",
 //   "training": {"seq_len": 2048, "global_batch": 2048, "precision": "bf16",
-//                "recompute": "none", "distributed_optimizer": false},
+//                "recompute": "none", "distributed_optimizer": false,
+//                "framework": {"preset": "megatron-deepspeed",
+//                              "attention": "flash"}},  // + overrides
 //   "iteration_time_s": 5.1, "throughput_iters_per_s": 0.196,
 //   "tokens_per_s": 822000, "mfu": 0.41, "usd_per_hour": 120.5,
 //   "max_memory_gib": 37.2, "unused_gpus": 0,
@@ -90,6 +92,13 @@ absl::StatusOr<Plan> PlanFromJson(const nlohmann::json& json,
                                   const Cluster& cluster,
                                   const GpuCatalog& catalog,
                                   absl::string_view source = "plan");
+
+// The training config a plan JSON records (`training`; TrainingConfig's
+// defaults for what it omits, such as a plan without one), its framework
+// read back from the preset and overrides PlanToJson wrote. Errors as
+// PlanFromJson's, "<source>: training.framework.attention: ...".
+absl::StatusOr<TrainingConfig> PlanTrainingFromJson(
+    const nlohmann::json& json, absl::string_view source = "plan");
 
 // Reads a plan file (JSON or YAML) at `path`; errors name the path.
 absl::StatusOr<Plan> LoadPlanFile(const std::string& path,

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "planner_service/io/cluster_io.h"
 #include "planner_service/io/data_files.h"
+#include "planner_service/io/framework_io.h"
 #include "planner_service/io/json_yaml.h"
 #include "planner_service/io/model_io.h"
 
@@ -38,14 +39,47 @@ absl::StatusOr<ScenarioKind> ReadKind(const ObjectReader& r) {
                               QuoteForMessage(kind)));
 }
 
-// The `training` mapping; absent fields keep TrainingConfig's defaults.
-absl::StatusOr<TrainingConfig> ReadTraining(const ObjectReader& top) {
+
+absl::StatusOr<Composition> ReadComposition(const Json& value,
+                                            absl::string_view source,
+                                            const std::string& path,
+                                            const GpuCatalog& catalog) {
+  ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader r,
+                              ObjectReader::Create(value, source, path));
+  ARACHNE_IO_RETURN_IF_ERROR(r.AllowOnly({"label", "gpus", "cluster"}));
+  Composition c;
+  ARACHNE_IO_ASSIGN_OR_RETURN(c.label, r.String("label"));
+  ARACHNE_IO_ASSIGN_OR_RETURN(c.gpus, r.Int("gpus", 1));
+  const Json* cluster = r.Find("cluster");
+  if (cluster == nullptr) return r.MissingError("cluster");
+  if (!cluster->is_object()) {
+    return r.Error("cluster", absl::StrCat("must be a mapping (object), got ",
+                                           DescribeJsonValue(*cluster)));
+  }
+  // The cluster parser reads text; the subtree round-trips through JSON
+  // exactly (integers stay integers), and the source names the field so its
+  // errors read "<file>: compositions[1].cluster: nodes[0]: ...".
+  ARACHNE_IO_ASSIGN_OR_RETURN(
+      c.cluster,
+      ParseCluster(cluster->dump(),
+                   absl::StrCat(source, ": ", r.PathOf("cluster")), catalog));
+  if (c.cluster.total_gpus() != c.gpus) {
+    return r.Error("gpus",
+                   absl::StrCat("must equal the cluster's GPU count ",
+                                c.cluster.total_gpus(), ", got ", c.gpus));
+  }
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainingConfig> ReadTrainingConfig(const ObjectReader& top) {
   TrainingConfig training;
   if (!top.Has("training")) return training;
   ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader r, top.Object("training"));
   ARACHNE_IO_RETURN_IF_ERROR(
       r.AllowOnly({"seq_len", "global_batch", "precision", "recompute",
-                   "distributed_optimizer", "optimizer"}));
+                   "distributed_optimizer", "optimizer", "framework"}));
   ARACHNE_IO_ASSIGN_OR_RETURN(training.seq_len,
                               r.IntOr("seq_len", training.seq_len, 1));
   ARACHNE_IO_ASSIGN_OR_RETURN(
@@ -81,44 +115,12 @@ absl::StatusOr<TrainingConfig> ReadTraining(const ObjectReader& top) {
                                 "model prices), got ",
                                 QuoteForMessage(optimizer)));
   }
+  ARACHNE_IO_ASSIGN_OR_RETURN(training.framework, ReadFramework(r));
   if (absl::Status s = training.Validate(); !s.ok()) {
     return FieldError(r.source(), r.path(), s.message());
   }
   return training;
 }
-
-absl::StatusOr<Composition> ReadComposition(const Json& value,
-                                            absl::string_view source,
-                                            const std::string& path,
-                                            const GpuCatalog& catalog) {
-  ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader r,
-                              ObjectReader::Create(value, source, path));
-  ARACHNE_IO_RETURN_IF_ERROR(r.AllowOnly({"label", "gpus", "cluster"}));
-  Composition c;
-  ARACHNE_IO_ASSIGN_OR_RETURN(c.label, r.String("label"));
-  ARACHNE_IO_ASSIGN_OR_RETURN(c.gpus, r.Int("gpus", 1));
-  const Json* cluster = r.Find("cluster");
-  if (cluster == nullptr) return r.MissingError("cluster");
-  if (!cluster->is_object()) {
-    return r.Error("cluster", absl::StrCat("must be a mapping (object), got ",
-                                           DescribeJsonValue(*cluster)));
-  }
-  // The cluster parser reads text; the subtree round-trips through JSON
-  // exactly (integers stay integers), and the source names the field so its
-  // errors read "<file>: compositions[1].cluster: nodes[0]: ...".
-  ARACHNE_IO_ASSIGN_OR_RETURN(
-      c.cluster,
-      ParseCluster(cluster->dump(),
-                   absl::StrCat(source, ": ", r.PathOf("cluster")), catalog));
-  if (c.cluster.total_gpus() != c.gpus) {
-    return r.Error("gpus",
-                   absl::StrCat("must equal the cluster's GPU count ",
-                                c.cluster.total_gpus(), ", got ", c.gpus));
-  }
-  return c;
-}
-
-}  // namespace
 
 absl::string_view ScenarioKindName(ScenarioKind kind) {
   switch (kind) {
@@ -162,7 +164,7 @@ absl::StatusOr<Scenario> ParseScenario(absl::string_view text,
                      AbbreviateQuoted(model.status().message(), s.model));
   }
   s.model_spec = *std::move(model);
-  ARACHNE_IO_ASSIGN_OR_RETURN(s.training, ReadTraining(top));
+  ARACHNE_IO_ASSIGN_OR_RETURN(s.training, ReadTrainingConfig(top));
 
   // Fields that only mean something for one kind are refused elsewhere, so a
   // scenario never carries a setting the bench ignores.

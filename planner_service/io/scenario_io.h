@@ -8,7 +8,8 @@
 //   kind: compare                   # compare | search_curve | growth | scatter
 //   model: llama3-8b                # catalog id (arachne models)
 //   training: {seq_len: 2048, global_batch: 2048, precision: bf16,
-//              optimizer: adam, recompute: none}
+//              optimizer: adam, recompute: none,
+//              framework: megatron-core}   # or {preset: ..., <field>: ...}
 //   compositions:
 //     - label: "32+32 (64 GPUs)"
 //       gpus: 64                      # must equal the cluster's GPU count
@@ -40,6 +41,7 @@
 #include "planner_service/core/cluster.h"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
+#include "planner_service/io/json_yaml.h"
 
 namespace arachne {
 
@@ -70,6 +72,13 @@ struct Scenario {
   int samples = 0;
   std::vector<Composition> compositions;
 };
+
+// The `training` mapping of `parent` (a scenario, a measured-runs file):
+// seq_len, global_batch, precision, recompute, distributed_optimizer,
+// optimizer (adam only) and framework (framework_io.h, ReadFramework).
+// Absent fields, or no `training` at all, keep TrainingConfig's defaults;
+// errors name the field and the value.
+absl::StatusOr<TrainingConfig> ReadTrainingConfig(const ObjectReader& parent);
 
 // Parses one scenario (YAML or JSON) named `source` in messages. The model
 // is resolved against the catalog of `profiles_dir` ("" = built in); an

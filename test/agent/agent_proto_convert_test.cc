@@ -50,6 +50,9 @@ class AgentProtoConvertTest : public ::testing::Test {
     a.job.model = TinyModel();
     a.job.training.seq_len = 32;
     a.job.training.global_batch = 8;
+    a.job.training.framework =
+        FrameworkPresetConfig(FrameworkPreset::kArachneReference);
+    a.job.training.framework.fragmentation = 0.05;
     a.job.engine.learning_rate = 1e-3;
     a.job.engine.warmup_iterations = 0;
     a.job.engine.data_seed = 7;
@@ -118,6 +121,7 @@ TEST_F(AgentProtoConvertTest, PrepareArgsRoundTrip) {
   EXPECT_EQ(ModelToJson(back->job.model), ModelToJson(expected));
   EXPECT_EQ(back->job.training.seq_len, 32);
   EXPECT_EQ(back->job.training.global_batch, 8);
+  EXPECT_EQ(back->job.training.framework, args.job.training.framework);
   EXPECT_EQ(back->job.engine.learning_rate, 1e-3);
   EXPECT_EQ(back->job.engine.warmup_iterations, 0);
   EXPECT_EQ(back->job.engine.data_seed, 7u);

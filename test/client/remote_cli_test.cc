@@ -98,6 +98,26 @@ TEST_F(RemoteCliTest, UsdPerTokenObjectiveTravelsToTheServer) {
   EXPECT_EQ(j["unused_gpus"], 4);
 }
 
+TEST_F(RemoteCliTest, FrameworkTravelsToTheServer) {
+  // The server prices with the request's framework: its answer equals the
+  // in-process one, and both differ from the default framework's.
+  const auto args = With(PlanArgs(Example("small-8.yaml")), {"--format", "json"});
+  const auto deepspeed =
+      With(args, {"--framework", "deepspeed-zero1", "--framework-set",
+                  "micro_batch_fixed_ms=5"});
+  CliRun local = Cli(deepspeed);
+  ASSERT_EQ(local.code, 0) << local.err;
+  CliRun remote = Cli(With(deepspeed, Remote()));
+  ASSERT_EQ(remote.code, 0) << remote.err;
+  CliRun core = Cli(args);
+  ASSERT_EQ(core.code, 0) << core.err;
+  const nlohmann::json j = JsonWithoutTiming(remote.out);
+  EXPECT_EQ(j, JsonWithoutTiming(local.out));
+  EXPECT_EQ(j["training"]["framework"]["preset"], "deepspeed-zero1");
+  EXPECT_NE(j["iteration_time_s"],
+            JsonWithoutTiming(core.out)["iteration_time_s"]);
+}
+
 TEST_F(RemoteCliTest, PlanTableEqualsInProcess) {
   const auto args = PlanArgs(Example("small-8.yaml"));
   CliRun local = Cli(args);

@@ -135,7 +135,7 @@ TEST(ScenarioIoTest, ErrorsNameTheFileFieldAndValue) {
   EXPECT_EQ(ErrorOf(Minimal("kind: compare\ntraining: {optimiser: adam}\n")),
             "s.yaml: training: unknown field \"optimiser\" (allowed: seq_len, "
             "global_batch, precision, recompute, distributed_optimizer, "
-            "optimizer)");
+            "optimizer, framework)");
   EXPECT_EQ(ErrorOf(Minimal("kind: compare\ntraining: {optimizer: sgd}\n")),
             "s.yaml: training.optimizer: must be adam (the only optimizer the "
             "cost model prices), got \"sgd\"");
