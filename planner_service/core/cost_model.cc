@@ -63,8 +63,13 @@ absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
   const std::string& profile_model =
       model.profile_name.empty() ? model.name : model.profile_name;
   const double bytes16 = 2.0;
+  const FrameworkConfig& fw = training.framework;
   for (int type : cluster.types_present()) {
     const GpuType& gpu = catalog.type(type);
+    // Measured-run correction of this type's compute (arachne calibrate).
+    const auto scale_it = params.compute_scale.find(gpu.id);
+    const double compute_scale =
+        scale_it == params.compute_scale.end() ? 1.0 : scale_it->second;
     for (int tl = 0; tl <= kMaxTpLog2; ++tl) {
       for (int ml = 0; ml <= kMaxMbsLog2; ++ml) {
         auto& cell = cm.cells_[cm.CellIndex(type, tl, ml)];
@@ -76,9 +81,9 @@ absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
           if (e == nullptr) continue;
           LayerCost& c = cell[k];
           c.present = true;
-          c.fwd_s = e->fwd_ms * 1e-3;
-          const double bwd_s = e->bwd_ms * 1e-3;
-          c.tp_comm_s = e->tp_comm_ms * 1e-3;
+          c.fwd_s = e->fwd_ms * 1e-3 * compute_scale;
+          const double bwd_s = e->bwd_ms * 1e-3 * compute_scale;
+          c.tp_comm_s = e->tp_comm_ms * 1e-3 * fw.tp_comm_exposed_fraction;
           c.params = static_cast<double>(e->param_count);
           const double act = static_cast<double>(e->activation_bytes);
           const bool block = kind == LayerKind::kDense ||
@@ -275,6 +280,28 @@ CostModel::StageTerms CostModel::StageTimeTerms(
     const double bytes = 2.0 * mbs * training_.seq_len * h;
     terms.p2p_s = 2.0 * (bytes / (f.boundary_gbps[s] * 1e9) + params_.p2p_latency_s);
   }
+  const FrameworkConfig& fw = training_.framework;
+  terms.fixed_s = fw.micro_batch_fixed_s;
+  if (training_.EffectiveSharding() == StateSharding::kParameters) {
+    int n = 0;
+    for (const Template& x : plan.templates) n += x.replicas;
+    if (n > 1) {
+      // Every micro-batch all-gathers the stage's 16-bit weights for its
+      // forward and again for its backward; prefetch hides what the
+      // compute covers.
+      const StageParams sp = ParamsOf(tmpl, s);
+      const bool intra = f.stage_single_node[s] && plan.templates.size() == 1;
+      const double bw = intra ? catalog_->type(st.gpu_type).intra_node_gbps
+                              : f.stage_min_share[s];
+      const double step = intra ? params_.intra_node_step_latency_s
+                                : params_.network_step_latency_s;
+      const double bytes = (sp.non_expert + sp.expert) * 2.0;
+      const double gather = 2.0 * (params_.collective_base_latency_s +
+                                   (n - 1) * step +
+                                   (n - 1.0) / n * bytes / (bw * 1e9));
+      terms.dp_gather_s = std::max(0.0, gather - terms.compute_s);
+    }
+  }
   return terms;
 }
 
@@ -345,18 +372,35 @@ StageMemory CostModel::MemoryWithParams(const Plan& plan, int t, int s,
     extra_act +=
         Layer(LayerKind::kLmHead, st.gpu_type, st.tp, mbs).activation_bytes;
   }
-  const double dp_ne = training_.distributed_optimizer ? total_replicas : 1;
+  const FrameworkConfig& fw = training_.framework;
+  const StateSharding sharding = training_.EffectiveSharding();
   const double edp_all = std::max(
       1.0, static_cast<double>(st.tiling.edp) * total_replicas / tmpl.replicas);
-  const double dp_e = training_.distributed_optimizer ? edp_all : 1;
-  const double state_bytes =
-      (p_ne + p_e) * (params_.weight_bytes_per_param + params_.grad_bytes_per_param) +
-      params_.optimizer_bytes_per_param * (p_ne / dp_ne + p_e / dp_e);
+  // Each part of the state is held whole, or 1/d of it when the framework
+  // shards it over the data-parallel group (d = every replica for the
+  // non-expert parameters, the EDP copies for the experts).
+  auto held = [&](double bytes_per_param, StateSharding from) {
+    if (sharding >= from)
+      return bytes_per_param * (p_ne / total_replicas + p_e / edp_all);
+    return bytes_per_param * (p_ne + p_e);
+  };
+  double state_bytes =
+      held(fw.weight_bytes_per_param, StateSharding::kParameters) +
+      held(fw.grad_bytes_per_param, StateSharding::kGradients) +
+      held(fw.optimizer_bytes_per_param + fw.optimizer_grad_bytes_per_param,
+           StateSharding::kOptimizer);
+  if (sharding == StateSharding::kParameters && st.num_layers() > 0) {
+    // The gathered 16-bit weights of the layer running and the one
+    // prefetched (FSDP's forward/backward prefetch).
+    const double per_layer = (p_ne + p_e) / st.num_layers();
+    state_bytes += 2.0 * std::min(2, st.num_layers()) * per_layer;
+  }
   const int in_flight = std::min(tmpl.depth() - s, tmpl.max_micro_batches());
   StageMemory m;
   m.weights_gib = state_bytes / kGiB;
   m.activations_gib = (in_flight * act + working + extra_act) / kGiB;
-  m.reserve_gib = params_.framework_reserve_gib;
+  m.reserve_gib = fw.context_reserve_gib + fw.comm_buffer_gib +
+                  fw.fragmentation * (m.weights_gib + m.activations_gib);
   return m;
 }
 
@@ -517,6 +561,8 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
   }
   // Stage times already priced for the balance are not priced again.
   const bool timed = !work.max_t.empty();
+  const FrameworkConfig& fw = training_.framework;
+  const StateSharding sharding = training_.EffectiveSharding();
 
   if (detail) {
     detail->stage_memory.assign(plan.templates.size(), {});
@@ -539,12 +585,14 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
       }
       if (mem.total_gib() > UsableMemoryGib(st.gpu_type))
         return fail(Infeasibility::kOutOfMemory);
+      double stage_s = 0;  // this stage's time per micro-batch, when needed
+      if (!timed || fw.overlap_grad_reduce) {
+        stage_s = StageTimeTerms(plan, static_cast<int>(j), s, facts[j]).total();
+        if (!std::isfinite(stage_s)) return fail(Infeasibility::kMissingProfile);
+      }
       if (!timed) {
-        const double ts =
-            StageTimeTerms(plan, static_cast<int>(j), s, facts[j]).total();
-        if (!std::isfinite(ts)) return fail(Infeasibility::kMissingProfile);
-        max_t = std::max(max_t, ts);
-        sum_t += ts;
+        max_t = std::max(max_t, stage_s);
+        sum_t += stage_s;
       }
 
       // Gradient synchronisation of this stage's layers over every replica
@@ -567,15 +615,28 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
       };
       const double edp_all = std::max(
           1.0, static_cast<double>(st.tiling.edp) * total_replicas / t.replicas);
-      const double g =
-          ring(p_ne * params_.grad_reduce_bytes_per_param, total_replicas) +
-          ring(p_e * params_.grad_reduce_bytes_per_param, edp_all);
+      // Sharded gradients are reduce-scattered (half an all-reduce's
+      // traffic); whole ones all-reduced.
+      const double reduce_share =
+          sharding >= StateSharding::kGradients ? 0.5 : 1.0;
+      double g = reduce_share *
+                 (ring(p_ne * fw.grad_reduce_bytes_per_param, total_replicas) +
+                  ring(p_e * fw.grad_reduce_bytes_per_param, edp_all));
+      if (fw.overlap_grad_reduce) {
+        // Buckets reduce while the last micro-batch's backward runs: about
+        // two thirds of the stage's time per micro-batch.
+        g = std::max(0.0, g - (2.0 / 3.0) * stage_s);
+      }
       worst_sync = std::max(worst_sync, g);
-      // Adam step, memory-bound; the distributed optimizer shards it.
-      const double dist_ne = training_.distributed_optimizer ? total_replicas : 1;
-      const double dist_e = training_.distributed_optimizer ? edp_all : 1;
-      const double opt = (p_ne / dist_ne + p_e / dist_e) *
-                         params_.optimizer_step_bytes_per_param /
+      // Adam step, memory-bound, over the shard this GPU updates; fp16
+      // also reads the gradients once for the loss scaler's inf/NaN check.
+      const bool opt_sharded = sharding >= StateSharding::kOptimizer;
+      const double dist_ne = opt_sharded ? total_replicas : 1;
+      const double dist_e = opt_sharded ? edp_all : 1;
+      double step_bytes = fw.optimizer_step_bytes_per_param;
+      if (training_.precision == Precision::kFp16)
+        step_bytes += fw.grad_bytes_per_param;
+      const double opt = (p_ne / dist_ne + p_e / dist_e) * step_bytes /
                          (catalog_->type(st.gpu_type).hbm_gbps * 1e9);
       worst_opt = std::max(worst_opt, opt);
     }
@@ -590,7 +651,8 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
       critical = static_cast<int>(j);
     }
   }
-  const double iteration = worst_pipeline + worst_sync + worst_opt;
+  const double iteration = worst_pipeline + worst_sync + worst_opt +
+                           training_.framework.iteration_fixed_s;
   if (why) *why = Infeasibility::kOk;
   if (detail) {
     detail->iteration_time_s = iteration;
@@ -623,13 +685,15 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
     }
     const double m = t.max_micro_batches();
     TimeBreakdown& b = detail->breakdown;
-    b.compute_s = m * terms[bottleneck].compute_s;
+    // Host-side fixed costs count as compute, exposed FSDP gathers as
+    // data-parallel traffic, so the parts still add up to the iteration.
+    b.compute_s = m * (terms[bottleneck].compute_s + terms[bottleneck].fixed_s);
     b.tp_comm_s = m * terms[bottleneck].tp_comm_s;
     b.p2p_s = m * terms[bottleneck].p2p_s;
     b.all_to_all_s = m * terms[bottleneck].all_to_all_s;
     b.bubble_s = worst_pipeline - m * max_t;
-    b.dp_sync_s = worst_sync;
-    b.optimizer_s = worst_opt;
+    b.dp_sync_s = worst_sync + m * terms[bottleneck].dp_gather_s;
+    b.optimizer_s = worst_opt + training_.framework.iteration_fixed_s;
   }
   return iteration;
 }

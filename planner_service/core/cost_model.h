@@ -143,7 +143,13 @@ class CostModel {
  private:
   struct StageTerms {
     double compute_s = 0, tp_comm_s = 0, p2p_s = 0, all_to_all_s = 0;
-    double total() const { return compute_s + tp_comm_s + p2p_s + all_to_all_s; }
+    // Exposed part of the parameter all-gathers under parameter sharding
+    // (FSDP), and the framework's host-side cost per micro-batch.
+    double dp_gather_s = 0, fixed_s = 0;
+    double total() const {
+      return compute_s + tp_comm_s + p2p_s + all_to_all_s + dp_gather_s +
+             fixed_s;
+    }
   };
 
   CostModel() = default;

@@ -1,23 +1,19 @@
-// Every tunable constant of the cost model, in one place, with its meaning
-// and default. docs/cost-model.md explains each one and where the default
-// comes from.
+// Every tunable constant of the cost model that is not the framework's
+// (framework.h), in one place, with its meaning and default.
+// docs/cost-model.md explains each one and where the default comes from.
 #ifndef ARACHNE_PLANNER_SERVICE_CORE_COST_PARAMS_H_
 #define ARACHNE_PLANNER_SERVICE_CORE_COST_PARAMS_H_
+
+#include <map>
+#include <string>
 
 namespace arachne {
 
 struct CostParams {
   // --- Memory ---------------------------------------------------------------
-  // Fraction of device memory the plan may use (allocator fragmentation).
+  // Fraction of device memory a plan's predicted peak may reach: the margin
+  // the planner keeps (the allocator's own overhead is the framework's).
   double usable_memory_fraction = 0.95;
-  // Fixed per-GPU reserve: CUDA context, NCCL buffers, workspace (GiB).
-  double framework_reserve_gib = 1.5;
-  // Mixed-precision Adam, 16 B/param (ZeRO): bf16 weight + bf16 gradient
-  // + fp32 master, Adam m and v. With the distributed optimizer the optimizer
-  // part is divided by the data-parallel degree.
-  double weight_bytes_per_param = 2;
-  double grad_bytes_per_param = 2;
-  double optimizer_bytes_per_param = 12;
   // Selective recomputation keeps this fraction of a layer's activations
   // (the attention-core part is dropped and recomputed).
   double selective_activation_fraction = 0.8;
@@ -28,8 +24,6 @@ struct CostParams {
   double selective_recompute_fwd_fraction = 0.15;
 
   // --- Communication --------------------------------------------------------
-  // Bytes per parameter moved by the gradient all-reduce (bf16 gradients).
-  double grad_reduce_bytes_per_param = 2;
   // Latency per ring step of a collective (NCCL tuning model, FACTS.md §2):
   // network 9.6 us, plus a base of 8.4 us per collective.
   double network_step_latency_s = 9.6e-6;
@@ -41,10 +35,10 @@ struct CostParams {
   // Latency of one point-to-point activation send.
   double p2p_latency_s = 20e-6;
 
-  // --- Optimizer step -------------------------------------------------------
-  // HBM bytes touched per parameter by the Adam step (read grad, master, m,
-  // v; write master, m, v, bf16 weight).
-  double optimizer_step_bytes_per_param = 30;
+  // --- Measured-run corrections (arachne calibrate) --------------------------
+  // GPU id -> multiplier on that type's profiled layer compute time (forward
+  // and backward); a type not listed keeps 1.
+  std::map<std::string, double> compute_scale;
 
   // --- Search space ---------------------------------------------------------
   // Micro-batch sizes are the powers of two up to this (profiled sizes).

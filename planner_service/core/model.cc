@@ -221,7 +221,13 @@ absl::Status TrainingConfig::Validate() const {
   if (global_batch <= 0)
     return absl::InvalidArgumentError(
         absl::StrCat("global_batch: must be > 0, got ", global_batch));
-  return absl::OkStatus();
+  return framework.Validate();
+}
+
+StateSharding TrainingConfig::EffectiveSharding() const {
+  if (distributed_optimizer && framework.sharding == StateSharding::kNone)
+    return StateSharding::kOptimizer;
+  return framework.sharding;
 }
 
 }  // namespace arachne

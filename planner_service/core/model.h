@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "planner_service/core/framework.h"
 
 namespace arachne {
 
@@ -113,7 +114,15 @@ struct TrainingConfig {
   int global_batch = 2048;  // sequences per iteration
   Precision precision = Precision::kBf16;
   Recompute recompute = Recompute::kNone;
+  // Megatron's --use-distributed-optimizer: the optimizer state is sharded
+  // over the data-parallel group whatever framework.sharding says.
   bool distributed_optimizer = false;
+  // How the framework runs a step (kernels, state bytes, overlap, fixed
+  // costs, allocator): see framework.h.
+  FrameworkConfig framework;
+
+  // framework.sharding, raised to kOptimizer by distributed_optimizer.
+  StateSharding EffectiveSharding() const;
 
   absl::Status Validate() const;
 };

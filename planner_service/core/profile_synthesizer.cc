@@ -110,6 +110,41 @@ void AddFlashAttention(const ModelSpec& m, int tp, int mbs, int seq,
   w->fused_attn_bwd_flops += kFlashBwdFlopRatio * fwd;
 }
 
+// Materialized attention (Megatron's non-flash path): QK^T and x V as
+// batched GEMMs over the full s x s (the causal mask is applied by the
+// softmax, no work skipped), the scores written to HBM and re-read. Adds the
+// GEMMs and the score traffic to `w`; returns the bytes per GPU kept for the
+// backward (softmax output, and with dropout its mask and output:
+// Korthikanti et al. 2022, 5·a·s²·b with dropout).
+double AddMaterializedAttention(const ModelSpec& m, int tp, int mbs, int seq,
+                                bool dropout, LayerWork* w) {
+  const AttnDims d = AttentionDims(m);
+  const double heads_t = double(m.num_heads) / tp;
+  const double batches = double(mbs) * heads_t;
+  w->gemms.push_back({double(seq), double(seq), d.qk_head, batches});
+  w->gemms.push_back({double(seq), d.v_head, double(seq), batches});
+  const double scores = batches * double(seq) * seq;
+  // QK^T written, fused scale-mask-softmax read + written, read by x V;
+  // dropout reads and writes the probabilities and writes a 1-byte mask.
+  const double accesses = 4 + (dropout ? 2.5 : 0);
+  w->fwd_bytes += scores * kB16 * accesses;
+  return scores * (dropout ? 5.0 : kB16);
+}
+
+// Per token (before dividing by tp) what a TP group without sequence
+// parallelism holds on every rank instead of 1/tp of it (Korthikanti et al.
+// 2022: the 10·s·b·h of sbh(10 + 24/t) for a GPT block): the two norm
+// inputs, the QKV and MLP inputs, and GPT-style dropout masks.
+double ReplicatedActivationBytesPerToken(const ModelSpec& m) {
+  const double h = m.hidden;
+  return 2 * kB16 * h + 2 * kB16 * h + (m.mlp == MlpKind::kGelu ? 2 * h : 0);
+}
+// Norm and residual element accesses per token that run on every rank
+// without sequence parallelism.
+double ReplicatedElementwisePerToken(const ModelSpec& m) {
+  return 2 * 2 * double(m.hidden) + 2 * 3 * double(m.hidden);
+}
+
 // Element accesses per token (16-bit) of the attention half of a block at
 // tp = 1 with Megatron's fused kernels: two norms (read + write), two
 // residual adds (2 reads + 1 write), RoPE on q and k (read + write).
@@ -200,6 +235,14 @@ double RingCollectiveMs(double bytes, int n, const GpuType& gpu,
   return 1e3 * s;
 }
 
+SynthesisKernels KernelsOf(const FrameworkConfig& framework) {
+  SynthesisKernels k;
+  k.flash_attention = framework.attention == AttentionKernel::kFlash;
+  k.attention_dropout = framework.attention_dropout;
+  k.sequence_parallel = framework.sequence_parallel;
+  return k;
+}
+
 std::vector<LayerKind> ProfileSynthesizer::KindsOf(const ModelSpec& model) {
   std::vector<LayerKind> kinds;
   if (model.is_moe()) {
@@ -272,6 +315,28 @@ absl::StatusOr<ProfileEntry> ProfileSynthesizer::Synthesize(
   const double T = double(mbs) * seq;
   const double h = m.hidden;
   const double S_AGRS = T * h * kB16;  // one SP all-gather/reduce-scatter
+  // The attention core with the framework's kernel, and what a TP group
+  // without sequence parallelism runs and keeps on every rank; returns the
+  // activation bytes it adds to the block's.
+  const SynthesisKernels& k = kernels_;
+  auto AddAttentionCore = [&](const ModelSpec& model, int t, int b, int s,
+                              LayerWork* work) {
+    double extra = 0;
+    if (k.flash_attention) {
+      AddFlashAttention(model, t, b, s, work);
+    } else {
+      extra += AddMaterializedAttention(model, t, b, s, k.attention_dropout,
+                                        work);
+      extra -= T * 4.0 * model.num_heads / t;  // no flash softmax statistics
+    }
+    if (!k.sequence_parallel && t > 1) {
+      const double replicated = 1.0 - 1.0 / t;
+      extra += T * ReplicatedActivationBytesPerToken(model) * replicated;
+      work->fwd_bytes +=
+          T * kB16 * ReplicatedElementwisePerToken(model) * replicated;
+    }
+    return extra;
+  };
   LayerWork w;
   double params = 0;      // parameters per GPU
   double act_bytes = 0;   // per GPU
@@ -281,13 +346,13 @@ absl::StatusOr<ProfileEntry> ProfileSynthesizer::Synthesize(
     case LayerKind::kDense: {
       params = double(CeilDiv(m.DenseLayerParams(), tp));
       AddAttentionGemms(m, T, tp, &w);
-      AddFlashAttention(m, tp, mbs, seq, &w);
       AddMlpGemms(m.mlp, T, h, double(m.ffn) / tp, 1, &w);
       const double elems = AttentionElementwisePerToken(m) +
                            MlpActElementsPerToken(m.mlp, m.ffn);
       w.fwd_bytes = T * kB16 * elems / tp;
       act_bytes = T * (AttentionActivationBytesPerToken(m) +
                        DenseMlpActivationBytesPerToken(m)) / tp;
+      act_bytes += AddAttentionCore(m, tp, mbs, seq, &w);
       // Sequence parallel: attention and MLP each all-gather their input
       // and reduce-scatter their output; the backward mirrors it.
       comm_ms = 8 * RingCollectiveMs(S_AGRS, tp, gpu, p);
@@ -299,7 +364,7 @@ absl::StatusOr<ProfileEntry> ProfileSynthesizer::Synthesize(
       const double E = m.moe.num_experts;
       const double n_shared = m.moe.shared_experts;
       AddAttentionGemms(m, T, tp, &w);
-      AddFlashAttention(m, tp, mbs, seq, &w);
+      const double core_act = AddAttentionCore(m, tp, mbs, seq, &w);
       // Router on this rank's sequence-parallel share of the tokens.
       w.gemms.push_back({T / tp, E, h});
       if (n_shared > 0)
@@ -311,7 +376,7 @@ absl::StatusOr<ProfileEntry> ProfileSynthesizer::Synthesize(
       double act = AttentionActivationBytesPerToken(m) + kB16 * h  // MLP in
                    + 8.0 * E                                       // router
                    + kB16 * 3 * n_shared * shared_ffn;             // shared
-      act_bytes = T * act / tp;
+      act_bytes = T * act / tp + core_act;
       comm_ms = (n_shared > 0 ? 8 : 4) * RingCollectiveMs(S_AGRS, tp, gpu, p);
       break;
     }

@@ -115,12 +115,24 @@ double RingCollectiveMs(double bytes, int n, const GpuType& gpu,
 
 // --- The synthesizer --------------------------------------------------------
 
+// The kernels a framework runs the layers with (framework.h); the entries
+// of the default (flash attention, sequence parallel) are those of the
+// calibration above.
+struct SynthesisKernels {
+  bool flash_attention = true;
+  bool attention_dropout = false;  // materialized attention only
+  bool sequence_parallel = true;
+};
+SynthesisKernels KernelsOf(const FrameworkConfig& framework);
+
 class ProfileSynthesizer {
  public:
-  explicit ProfileSynthesizer(CalibrationParams params = {})
-      : params_(params) {}
+  explicit ProfileSynthesizer(CalibrationParams params = {},
+                              SynthesisKernels kernels = {})
+      : params_(params), kernels_(kernels) {}
 
   const CalibrationParams& params() const { return params_; }
+  const SynthesisKernels& kernels() const { return kernels_; }
 
   // One entry (source kSynthesized, key.model = profile_name or name).
   // InvalidArgument naming the field when mbs/seq/tp <= 0, when tp does not
@@ -145,6 +157,7 @@ class ProfileSynthesizer {
 
  private:
   CalibrationParams params_;
+  SynthesisKernels kernels_;
 };
 
 // Activation bytes stored for backward per GPU (16-bit, TP + sequence

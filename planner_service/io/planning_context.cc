@@ -17,7 +17,8 @@ absl::Status SynthesizeMissingProfiles(const ModelSpec& model,
                                        const GpuType& gpu, int max_node,
                                        int seq, const CostParams& params,
                                        const std::string& profiles_dir,
-                                       ProfileStore* store) {
+                                       ProfileStore* store,
+                                       const SynthesisKernels& kernels) {
   absl::StatusOr<CalibrationSet> calibration = LoadCalibration(profiles_dir);
   if (!calibration.ok()) return calibration.status();
   std::vector<int> tps, mbss;
@@ -25,7 +26,7 @@ absl::Status SynthesizeMissingProfiles(const ModelSpec& model,
     tps.push_back(tp);
   for (int mbs = 1; mbs <= params.max_micro_batch_size; mbs *= 2)
     mbss.push_back(mbs);
-  ProfileSynthesizer synthesizer(calibration->For(gpu));
+  ProfileSynthesizer synthesizer(calibration->For(gpu), kernels);
   synthesizer.Fill(model, gpu, tps, mbss, seq, store);
   return absl::OkStatus();
 }
@@ -64,7 +65,8 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> PlanningContext::Create(
     if (absl::Status s = SynthesizeMissingProfiles(
             ctx->model_, ctx->catalog_.type(type),
             ctx->cluster_.MaxNodeSizeOfType(type), training.seq_len,
-            cost_params, profiles_dir, &ctx->profiles_);
+            cost_params, profiles_dir, &ctx->profiles_,
+            KernelsOf(training.framework));
         !s.ok()) {
       return s;
     }

@@ -14,6 +14,7 @@
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
 #include "planner_service/core/profile_store.h"
+#include "planner_service/core/profile_synthesizer.h"
 
 namespace arachne {
 
@@ -60,12 +61,14 @@ class PlanningContext {
 
 // Adds synthesized entries for `model` on GPU `gpu` (every layer kind, TP
 // 1..min(max_tp, max_node), micro-batch 1..max_mbs, `seq`) with the shipped
-// calibration of that GPU; measured entries already in `store` win.
+// calibration of that GPU and the framework's `kernels`; measured entries
+// already in `store` win.
 absl::Status SynthesizeMissingProfiles(const ModelSpec& model,
                                        const GpuType& gpu, int max_node,
                                        int seq, const CostParams& params,
                                        const std::string& profiles_dir,
-                                       ProfileStore* store);
+                                       ProfileStore* store,
+                                       const SynthesisKernels& kernels = {});
 
 }  // namespace arachne
 
