@@ -119,10 +119,15 @@ struct FitOptions {
   // predicted with the result (held out). An unknown label is
   // InvalidArgument.
   std::vector<std::string> fit_on;
-  // What to fit, by the kFit* names; empty: automatic — every compute
-  // scale, the fixed costs where the runs determine them (left out with the
-  // reason otherwise), and the memory terms the runs with a measured peak
-  // determine. Named explicitly, a parameter the runs do not determine is
+  // What to fit, by the kFit* names ("compute_scale": one per GPU type the
+  // fitted runs' stages use); empty: automatic — every compute scale, the
+  // fixed cost per micro-batch where the runs determine it, and the memory
+  // terms the runs with a measured peak determine (context_reserve_gib from
+  // one, + fragmentation from two of different size); a term the runs do
+  // not determine is left out with the reason (FitResult::parameters). The
+  // fixed cost per iteration is fitted only when named: it absorbs any
+  // error that grows less than linearly with the compute. Named
+  // explicitly, a parameter the runs do not determine is
   // FailedPrecondition instead.
   std::vector<std::string> parameters;
   std::string profiles_dir;  // "" = built in

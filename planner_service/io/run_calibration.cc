@@ -1,0 +1,929 @@
+#include "planner_service/io/run_calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "glog/logging.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "planner_service/core/cost_model.h"
+#include "planner_service/core/plan_validation.h"
+#include "planner_service/io/data_files.h"
+#include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/json_yaml.h"
+#include "planner_service/io/planning_context.h"
+
+namespace arachne {
+namespace {
+
+using Json = nlohmann::json;
+
+// A measured run ran, so its plan fitted in memory whatever the model says:
+// it is priced with the memory check out of the way (and `fits` reports
+// the model's verdict against the real usable memory).
+constexpr double kNoMemoryLimit = 1e9;
+
+// Bounds of the fit, inside the framework fields' ranges (framework.cc) so
+// a fitted value can always be written back and read as a field.
+constexpr double kMinComputeScale = 0.02;
+constexpr double kMaxComputeScale = 50;
+
+// Prices one run repeatedly under different corrections: the profiles
+// (shipped, then synthesized; none of the fitted corrections changes them)
+// are loaded once, and only the cost model is rebuilt per evaluation.
+class RunPricer {
+ public:
+  static absl::StatusOr<std::unique_ptr<RunPricer>> Create(
+      const MeasuredRun& run, const std::string& profiles_dir,
+      const CostParams& base) {
+    absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(profiles_dir);
+    if (!catalog.ok()) return catalog.status();
+    CostParams relaxed = base;
+    relaxed.usable_memory_fraction = kNoMemoryLimit;
+    absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
+        PlanningContext::Create(*std::move(catalog), run.model, run.training,
+                                run.cluster, profiles_dir, relaxed);
+    if (!ctx.ok()) return Labelled(run, ctx.status());
+    std::unique_ptr<RunPricer> p(new RunPricer());
+    p->run_ = &run;
+    p->base_ = base;
+    p->ctx_ = *std::move(ctx);
+    p->plan_ = run.plan;
+    int64_t batch = 0;
+    for (const Template& t : p->plan_.templates) {
+      batch += int64_t{t.total_micro_batches} * t.micro_batch_size;
+    }
+    // A plan file states its micro-batches; only a plan that does not add
+    // up to the batch is balanced the way the planners balance theirs.
+    if (batch != run.training.global_batch) {
+      p->ctx_->cost_model().BalanceMicroBatches(p->plan_);
+    }
+    if (absl::Status s = ValidatePlan(p->plan_, p->ctx_->cost_model());
+        !s.ok()) {
+      return Labelled(run, s);
+    }
+    return p;
+  }
+
+  absl::StatusOr<RunPrediction> Price(const RunCorrections& c) const {
+    TrainingConfig training = run_->training;
+    CostParams params = base_;
+    ApplyCorrections(c, &training, &params);
+    params.usable_memory_fraction = kNoMemoryLimit;
+    absl::StatusOr<CostModel> cm =
+        CostModel::Create(ctx_->catalog(), ctx_->model(), training,
+                          ctx_->cluster(), ctx_->profiles(), params);
+    if (!cm.ok()) return Labelled(*run_, cm.status());
+    absl::StatusOr<Prediction> p = cm->Predict(plan_);
+    if (!p.ok()) return Labelled(*run_, p.status());
+    RunPrediction out;
+    out.iteration_s = p->iteration_time_s;
+    out.micro_batches_per_replica =
+        plan_.templates.empty() ? 0 : plan_.templates[0].max_micro_batches();
+    out.peak_gib = -1;
+    for (size_t t = 0; t < p->stage_memory.size(); ++t) {
+      for (size_t s = 0; s < p->stage_memory[t].size(); ++s) {
+        const StageMemory& m = p->stage_memory[t][s];
+        const int type = plan_.templates[t].stages[s].gpu_type;
+        const double usable = ctx_->catalog().type(type).memory_gib *
+                              base_.usable_memory_fraction;
+        if (m.total_gib() > usable) out.fits = false;
+        if (m.total_gib() > out.peak_gib) {
+          out.peak_gib = m.total_gib();
+          out.tensors_gib = m.weights_gib + m.activations_gib;
+        }
+      }
+    }
+    CHECK_GE(out.peak_gib, 0) << "a validated plan has stages";
+    return out;
+  }
+
+  const Plan& plan() const { return plan_; }
+  const GpuCatalog& catalog() const { return ctx_->catalog(); }
+
+ private:
+  RunPricer() = default;
+  static absl::Status Labelled(const MeasuredRun& run,
+                               const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("run ", QuoteForMessage(run.label),
+                                               ": ", s.message()));
+  }
+
+  const MeasuredRun* run_ = nullptr;
+  CostParams base_;
+  std::unique_ptr<PlanningContext> ctx_;
+  Plan plan_;
+};
+
+// --- The fitted parameters ---------------------------------------------------
+
+enum class ParamKind {
+  kComputeScale,
+  kMicroBatchFixed,
+  kIterationFixed,
+  kContextReserve,
+  kFragmentation
+};
+
+// One parameter of the fit, in the coordinate the fit moves: log of the
+// factor for a compute scale (a scale is relative), the value itself (ms,
+// GiB, fraction) for the framework fields, which may be 0.
+struct Param {
+  ParamKind kind;
+  std::string gpu;  // compute scale only
+  double lo = 0, hi = 0;
+  // For the identifiability check of a field that may be 0: d log T / d
+  // log p is taken at this value (or the start value when larger), where
+  // the column is not identically 0.
+  double reference = 0;
+
+  std::string Name() const {
+    switch (kind) {
+      case ParamKind::kComputeScale:
+        return absl::StrCat(kFitComputeScale, "[", gpu, "]");
+      case ParamKind::kMicroBatchFixed:
+        return std::string(kFitMicroBatchFixed);
+      case ParamKind::kIterationFixed:
+        return std::string(kFitIterationFixed);
+      case ParamKind::kContextReserve:
+        return std::string(kFitContextReserve);
+      case ParamKind::kFragmentation:
+        return std::string(kFitFragmentation);
+    }
+    return "";
+  }
+  // How a message names it: "the A100-80GB compute scale".
+  std::string Prose() const {
+    return kind == ParamKind::kComputeScale
+               ? absl::StrCat("the ", gpu, " compute scale")
+               : Name();
+  }
+  bool is_log() const { return kind == ParamKind::kComputeScale; }
+  // The value written out (factor, ms, GiB, fraction).
+  double Display(double x) const { return is_log() ? std::exp(x) : x; }
+};
+
+Param ComputeScaleParam(const std::string& gpu) {
+  return {ParamKind::kComputeScale, gpu, std::log(kMinComputeScale),
+          std::log(kMaxComputeScale), 0};
+}
+Param MicroBatchFixedParam() {
+  return {ParamKind::kMicroBatchFixed, "", 0, 1e4, 1.0};
+}
+Param IterationFixedParam() {
+  return {ParamKind::kIterationFixed, "", 0, 1e6, 10.0};
+}
+Param ContextReserveParam() {
+  return {ParamKind::kContextReserve, "", 0, 64, 1.0};
+}
+Param FragmentationParam() {
+  return {ParamKind::kFragmentation, "", 0, 1, 0.05};
+}
+
+RunCorrections CorrectionsOf(const std::vector<Param>& params,
+                             const std::vector<double>& x,
+                             RunCorrections c = {}) {
+  CHECK_EQ(params.size(), x.size());
+  for (size_t j = 0; j < params.size(); ++j) {
+    const Param& p = params[j];
+    switch (p.kind) {
+      case ParamKind::kComputeScale:
+        c.compute_scale[p.gpu] = std::exp(x[j]);
+        break;
+      case ParamKind::kMicroBatchFixed:
+        c.micro_batch_fixed_s = x[j] * 1e-3;
+        break;
+      case ParamKind::kIterationFixed:
+        c.iteration_fixed_s = x[j] * 1e-3;
+        break;
+      case ParamKind::kContextReserve:
+        c.context_reserve_gib = x[j];
+        break;
+      case ParamKind::kFragmentation:
+        c.fragmentation = x[j];
+        break;
+    }
+  }
+  return c;
+}
+
+// What the fit compares: log(predicted / measured) of time or of memory.
+struct Objective {
+  std::vector<const RunPricer*> pricers;
+  std::vector<double> measured;
+  bool memory = false;
+  RunCorrections fixed;  // corrections held constant (the other fit's)
+
+  absl::StatusOr<std::vector<double>> Residuals(
+      const std::vector<Param>& params, const std::vector<double>& x) const {
+    const RunCorrections c = CorrectionsOf(params, x, fixed);
+    std::vector<double> r(pricers.size());
+    for (size_t i = 0; i < pricers.size(); ++i) {
+      absl::StatusOr<RunPrediction> p = pricers[i]->Price(c);
+      if (!p.ok()) return p.status();
+      const double v = memory ? p->peak_gib : p->iteration_s;
+      r[i] = std::log(v / measured[i]);
+    }
+    return r;
+  }
+};
+
+double SumSquares(const std::vector<double>& r) {
+  double s = 0;
+  for (double v : r) s += v * v;
+  return s;
+}
+
+// Solves the small dense system a * x = b by Gaussian elimination with
+// partial pivoting; false when singular.
+bool Solve(std::vector<std::vector<double>> a, std::vector<double> b,
+           std::vector<double>* x) {
+  const int n = static_cast<int>(b.size());
+  for (int c = 0; c < n; ++c) {
+    int piv = c;
+    for (int r = c + 1; r < n; ++r) {
+      if (std::abs(a[r][c]) > std::abs(a[piv][c])) piv = r;
+    }
+    if (std::abs(a[piv][c]) < 1e-300) return false;
+    std::swap(a[piv], a[c]);
+    std::swap(b[piv], b[c]);
+    for (int r = c + 1; r < n; ++r) {
+      const double f = a[r][c] / a[c][c];
+      for (int k = c; k < n; ++k) a[r][k] -= f * a[c][k];
+      b[r] -= f * b[c];
+    }
+  }
+  x->assign(n, 0);
+  for (int r = n - 1; r >= 0; --r) {
+    double s = b[r];
+    for (int k = r + 1; k < n; ++k) s -= a[r][k] * (*x)[k];
+    (*x)[r] = s / a[r][r];
+  }
+  return true;
+}
+
+// Forward-difference Jacobian of the residuals in the fit's coordinates,
+// stepping inward from an upper bound.
+absl::StatusOr<std::vector<std::vector<double>>> Jacobian(
+    const Objective& f, const std::vector<Param>& params,
+    const std::vector<double>& x, const std::vector<double>& r0) {
+  std::vector<std::vector<double>> j(r0.size(),
+                                     std::vector<double>(params.size()));
+  for (size_t k = 0; k < params.size(); ++k) {
+    double h = 1e-6 * std::max(1.0, std::abs(x[k]));
+    if (x[k] + h > params[k].hi) h = -h;
+    std::vector<double> xh = x;
+    xh[k] += h;
+    absl::StatusOr<std::vector<double>> r = f.Residuals(params, xh);
+    if (!r.ok()) return r.status();
+    for (size_t i = 0; i < r0.size(); ++i) j[i][k] = ((*r)[i] - r0[i]) / h;
+  }
+  return j;
+}
+
+// Levenberg-Marquardt on the squared log error, each coordinate kept in
+// its bounds. The objective is piecewise smooth (a stage becomes the
+// slowest), which the damping copes with; deterministic.
+absl::StatusOr<std::vector<double>> Minimise(const Objective& f,
+                                             const std::vector<Param>& params,
+                                             std::vector<double> x) {
+  const size_t n = params.size();
+  absl::StatusOr<std::vector<double>> r = f.Residuals(params, x);
+  if (!r.ok()) return r.status();
+  double cost = SumSquares(*r);
+  double lambda = 1e-3;
+  for (int iter = 0; iter < 200 && cost > 1e-24; ++iter) {
+    absl::StatusOr<std::vector<std::vector<double>>> j =
+        Jacobian(f, params, x, *r);
+    if (!j.ok()) return j.status();
+    std::vector<std::vector<double>> jtj(n, std::vector<double>(n, 0));
+    std::vector<double> jtr(n, 0);
+    for (size_t i = 0; i < r->size(); ++i) {
+      for (size_t a = 0; a < n; ++a) {
+        jtr[a] += (*j)[i][a] * (*r)[i];
+        for (size_t b = 0; b < n; ++b) jtj[a][b] += (*j)[i][a] * (*j)[i][b];
+      }
+    }
+    bool improved = false;
+    double step_norm = 0;
+    while (lambda < 1e12) {
+      std::vector<std::vector<double>> a = jtj;
+      std::vector<double> b(n);
+      for (size_t k = 0; k < n; ++k) {
+        a[k][k] += lambda * std::max(jtj[k][k], 1e-12);
+        b[k] = -jtr[k];
+      }
+      std::vector<double> delta;
+      if (!Solve(a, b, &delta)) {
+        lambda *= 10;
+        continue;
+      }
+      std::vector<double> xn = x;
+      step_norm = 0;
+      for (size_t k = 0; k < n; ++k) {
+        xn[k] = std::clamp(x[k] + delta[k], params[k].lo, params[k].hi);
+        step_norm = std::max(step_norm, std::abs(xn[k] - x[k]) /
+                                            std::max(1.0, std::abs(x[k])));
+      }
+      absl::StatusOr<std::vector<double>> rn = f.Residuals(params, xn);
+      if (!rn.ok()) return rn.status();
+      const double cn = SumSquares(*rn);
+      if (cn < cost) {
+        x = std::move(xn);
+        r = std::move(rn);
+        const double gain = cost - cn;
+        cost = cn;
+        lambda = std::max(lambda / 10, 1e-12);
+        improved = true;
+        if (gain < 1e-18 * std::max(cost, 1e-30) || step_norm < 1e-12) {
+          return x;
+        }
+        break;
+      }
+      lambda *= 10;
+      if (step_norm < 1e-14) break;
+    }
+    if (!improved) break;
+  }
+  return x;
+}
+
+// --- Identifiability ---------------------------------------------------------
+
+// The columns of d log(prediction) / d log(parameter) at `x`, a fixed cost
+// held at least at its reference value (at 0 its column would vanish).
+absl::StatusOr<std::vector<std::vector<double>>> LogColumns(
+    const Objective& f, const std::vector<Param>& params,
+    std::vector<double> x) {
+  for (size_t k = 0; k < params.size(); ++k) {
+    if (!params[k].is_log()) x[k] = std::max(x[k], params[k].reference);
+  }
+  absl::StatusOr<std::vector<double>> r0 = f.Residuals(params, x);
+  if (!r0.ok()) return r0.status();
+  std::vector<std::vector<double>> cols(params.size(),
+                                        std::vector<double>(r0->size()));
+  for (size_t k = 0; k < params.size(); ++k) {
+    // A relative step of 1e-3 in the parameter: large enough to be above
+    // the rounding of the pricing, small enough to stay on one piece.
+    const double h = params[k].is_log() ? 1e-3 : 1e-3 * x[k];
+    std::vector<double> xh = x;
+    xh[k] += h;
+    absl::StatusOr<std::vector<double>> r = f.Residuals(params, xh);
+    if (!r.ok()) return r.status();
+    const double per_log = params[k].is_log() ? 1.0 : x[k];
+    for (size_t i = 0; i < r0->size(); ++i) {
+      cols[k][i] = ((*r)[i] - (*r0)[i]) / h * per_log;
+    }
+  }
+  return cols;
+}
+
+double Dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+struct Confusion {
+  int param = -1;      // the parameter that is not determined
+  int partner = -1;    // the one it is most confused with (-1: none)
+  double sine = 0;     // its distance from the others' span
+  bool zero = false;   // the predictions do not depend on it at all
+};
+
+// The last parameter (in order) whose normalised column lies within
+// kIdentifiabilityTolerance of the span of the other columns; none when
+// every one is determined.
+std::optional<Confusion> FindUndetermined(
+    const std::vector<std::vector<double>>& cols) {
+  const int n = static_cast<int>(cols.size());
+  std::vector<std::vector<double>> unit(n);
+  std::vector<bool> zero(n, false);
+  for (int k = 0; k < n; ++k) {
+    const double norm = std::sqrt(Dot(cols[k], cols[k]));
+    zero[k] = norm < 1e-9;
+    unit[k] = cols[k];
+    for (double& v : unit[k]) v = zero[k] ? 0 : v / norm;
+  }
+  for (int k = n - 1; k >= 0; --k) {
+    if (zero[k]) return Confusion{k, -1, 0, true};
+    // Residual of column k after projection on the others: Gram-Schmidt
+    // over the others builds an orthonormal basis of their span.
+    std::vector<std::vector<double>> basis;
+    for (int o = 0; o < n; ++o) {
+      if (o == k || zero[o]) continue;
+      std::vector<double> v = unit[o];
+      for (const auto& b : basis) {
+        const double d = Dot(v, b);
+        for (size_t i = 0; i < v.size(); ++i) v[i] -= d * b[i];
+      }
+      const double norm = std::sqrt(Dot(v, v));
+      if (norm < 1e-9) continue;
+      for (double& e : v) e /= norm;
+      basis.push_back(std::move(v));
+    }
+    std::vector<double> res = unit[k];
+    for (const auto& b : basis) {
+      const double d = Dot(res, b);
+      for (size_t i = 0; i < res.size(); ++i) res[i] -= d * b[i];
+    }
+    const double sine = std::sqrt(Dot(res, res));
+    if (sine < kIdentifiabilityTolerance) {
+      int partner = -1;
+      double best = -1;
+      for (int o = 0; o < n; ++o) {
+        if (o == k || zero[o]) continue;
+        const double c = std::abs(Dot(unit[k], unit[o]));
+        if (c > best) best = c, partner = o;
+      }
+      return Confusion{k, partner, sine, false};
+    }
+  }
+  return std::nullopt;
+}
+
+std::string Counts(const std::vector<int>& v) {
+  return absl::StrJoin(v, ", ");
+}
+
+// Why parameter `c.param` is not determined, for the refusal or the note.
+std::string ConfusionReason(const Confusion& c, const std::vector<Param>& p,
+                            bool memory) {
+  const Param& q = p[c.param];
+  if (c.zero) {
+    return absl::StrCat(
+        "no fitted run's predicted ", memory ? "peak memory" : "time",
+        " depends on it",
+        q.kind == ParamKind::kComputeScale
+            ? " (its stages are never on the critical path)"
+            : "");
+  }
+  std::string partner =
+      c.partner >= 0 ? p[c.partner].Prose() : std::string("the others");
+  std::string what;
+  if (q.kind == ParamKind::kMicroBatchFixed) {
+    what = "the runs' micro-batch counts per replica grow in proportion to "
+           "their compute";
+  } else if (q.kind == ParamKind::kFragmentation) {
+    what = "the fitted runs' predicted tensors are (nearly) the same size";
+  } else {
+    what = absl::StrCat("the fitted runs' predicted ",
+                        memory ? "peak memory" : "times",
+                        " change with it in the same proportion as with ",
+                        partner);
+  }
+  return absl::StrFormat(
+      "%s, so it cannot be told apart from %s (sine of the angle between "
+      "their Jacobian columns %.3g < %.3g)",
+      what, partner, c.sine, kIdentifiabilityTolerance);
+}
+
+// GPU types the stages of `runs` use, in catalog order.
+std::vector<std::string> TypesUsed(const std::vector<const RunPricer*>& runs) {
+  std::set<int> types;
+  for (const RunPricer* r : runs) {
+    for (const Template& t : r->plan().templates) {
+      for (const Stage& s : t.stages) types.insert(s.gpu_type);
+    }
+  }
+  std::vector<std::string> ids;
+  if (runs.empty()) return ids;
+  for (int t : types) ids.push_back(runs[0]->catalog().type(t).id);
+  return ids;
+}
+
+absl::Status Refuse(const std::string& param, const std::string& why) {
+  return absl::FailedPreconditionError(absl::StrCat(param, ": ", why));
+}
+
+// Fits `candidates` (required ones first, then optional ones in order) to
+// objective `f`. A required parameter the runs do not determine refuses
+// the fit; an optional one is left out, noted in `report`.
+absl::StatusOr<std::vector<double>> FitGroup(
+    const Objective& f, std::vector<Param> candidates,
+    const std::vector<bool>& required, const std::vector<double>& start,
+    bool memory, std::vector<Param>* fitted,
+    std::vector<FittedParameter>* report) {
+  const int runs = static_cast<int>(f.pricers.size());
+  std::vector<double> x0;
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    const Param& q = candidates[k];
+    std::vector<Param> trial = *fitted;
+    trial.push_back(q);
+    std::vector<double> xt = x0;
+    xt.push_back(start[k]);
+    std::string why;
+    if (static_cast<int>(trial.size()) > runs) {
+      why = absl::StrCat(runs, " fitted run", runs == 1 ? "" : "s",
+                         memory ? " with a measured peak" : "", " for ",
+                         trial.size(), " parameters (",
+                         absl::StrJoin(trial, ", ",
+                                       [](std::string* out, const Param& p) {
+                                         out->append(p.Name());
+                                       }),
+                         "); a fit needs at least one run per parameter");
+    } else {
+      absl::StatusOr<std::vector<std::vector<double>>> cols =
+          LogColumns(f, trial, xt);
+      if (!cols.ok()) return cols.status();
+      if (std::optional<Confusion> c = FindUndetermined(*cols)) {
+        // Blame the newcomer when it is the one confused, else the
+        // parameter the check found.
+        why = ConfusionReason(*c, trial, memory);
+        if (c->param != static_cast<int>(trial.size()) - 1) {
+          if (required[k]) return Refuse(trial[c->param].Name(), why);
+          why = absl::StrCat("adding it leaves ", trial[c->param].Name(),
+                             " undetermined: ", why);
+        }
+      }
+    }
+    if (!why.empty()) {
+      if (required[k]) return Refuse(q.Name(), why);
+      report->push_back({q.Name(), false, 0, why});
+      continue;
+    }
+    *fitted = std::move(trial);
+    x0 = std::move(xt);
+  }
+  if (fitted->empty()) return x0;
+  return Minimise(f, *fitted, x0);
+}
+
+double RmsLog(const std::vector<RunFitReport>& runs, bool after) {
+  double s = 0;
+  int n = 0;
+  for (const RunFitReport& r : runs) {
+    if (!r.fitted_on) continue;
+    const double p = after ? r.after.iteration_s : r.before.iteration_s;
+    const double e = std::log(p / r.measured_iteration_s);
+    s += e * e;
+    ++n;
+  }
+  return n == 0 ? 0 : std::sqrt(s / n);
+}
+
+}  // namespace
+
+void ApplyCorrections(const RunCorrections& c, TrainingConfig* training,
+                      CostParams* params) {
+  CHECK(training != nullptr && params != nullptr);
+  for (const auto& [gpu, scale] : c.compute_scale) {
+    params->compute_scale[gpu] = scale;
+  }
+  FrameworkConfig& fw = training->framework;
+  if (c.micro_batch_fixed_s) fw.micro_batch_fixed_s = *c.micro_batch_fixed_s;
+  if (c.iteration_fixed_s) fw.iteration_fixed_s = *c.iteration_fixed_s;
+  if (c.context_reserve_gib) fw.context_reserve_gib = *c.context_reserve_gib;
+  if (c.fragmentation) fw.fragmentation = *c.fragmentation;
+}
+
+absl::StatusOr<RunPrediction> PredictRun(const MeasuredRun& run,
+                                         const RunCorrections& corrections,
+                                         const std::string& profiles_dir,
+                                         const CostParams& base) {
+  absl::StatusOr<std::unique_ptr<RunPricer>> pricer =
+      RunPricer::Create(run, profiles_dir, base);
+  if (!pricer.ok()) return pricer.status();
+  return (*pricer)->Price(corrections);
+}
+
+absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
+                                         const FitOptions& options) {
+  if (runs.empty()) {
+    return absl::InvalidArgumentError("runs: no measured run to fit");
+  }
+  absl::flat_hash_map<std::string, int> by_label;
+  for (int i = 0; i < static_cast<int>(runs.size()); ++i) {
+    if (!by_label.emplace(runs[i].label, i).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("runs[", i, "].label: duplicate label ",
+                       QuoteForMessage(runs[i].label)));
+    }
+    if (!(runs[i].measured_iteration_s > 0) ||
+        !std::isfinite(runs[i].measured_iteration_s)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "run ", QuoteForMessage(runs[i].label),
+          ": measured iteration_s must be > 0, got ",
+          runs[i].measured_iteration_s));
+    }
+  }
+  std::vector<bool> on(runs.size(), options.fit_on.empty());
+  for (const std::string& label : options.fit_on) {
+    auto it = by_label.find(label);
+    if (it == by_label.end()) {
+      std::vector<std::string> labels;
+      for (const MeasuredRun& r : runs) labels.push_back(r.label);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fit_on: unknown run label ", QuoteForMessage(label), " (runs: ",
+          absl::StrJoin(labels, ", "), ")"));
+    }
+    on[it->second] = true;
+  }
+  // Which parameters were asked for (empty: automatic).
+  const bool automatic = options.parameters.empty();
+  absl::flat_hash_set<std::string> asked;
+  for (const std::string& p : options.parameters) {
+    if (p != kFitComputeScale && p != kFitMicroBatchFixed &&
+        p != kFitIterationFixed && p != kFitContextReserve &&
+        p != kFitFragmentation) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameters: unknown parameter ", QuoteForMessage(p),
+          " (known: compute_scale, micro_batch_fixed_ms, iteration_fixed_ms, "
+          "context_reserve_gib, fragmentation)"));
+    }
+    asked.insert(p);
+  }
+
+  std::vector<std::unique_ptr<RunPricer>> pricers;
+  for (const MeasuredRun& run : runs) {
+    absl::StatusOr<std::unique_ptr<RunPricer>> p =
+        RunPricer::Create(run, options.profiles_dir, options.base);
+    if (!p.ok()) return p.status();
+    pricers.push_back(*std::move(p));
+  }
+  FitResult result;
+  Objective time;
+  Objective memory;
+  memory.memory = true;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (!on[i]) continue;
+    result.fitted_on.push_back(runs[i].label);
+    time.pricers.push_back(pricers[i].get());
+    time.measured.push_back(runs[i].measured_iteration_s);
+    if (runs[i].measured_peak_gib) {
+      memory.pricers.push_back(pricers[i].get());
+      memory.measured.push_back(*runs[i].measured_peak_gib);
+    }
+  }
+
+  // Start values: compute scale 1, a framework field at the mean of the
+  // fitted runs' own values.
+  auto mean_of = [&](auto field) {
+    double s = 0;
+    int n = 0;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (on[i]) s += field(runs[i].training.framework), ++n;
+    }
+    return n == 0 ? 0.0 : s / n;
+  };
+
+  // --- Time ---
+  std::vector<FittedParameter> notes;  // parameters left out, and why
+  std::vector<Param> cand;
+  std::vector<bool> req;
+  std::vector<double> start;
+  if (automatic || asked.contains(kFitComputeScale)) {
+    for (const std::string& gpu : TypesUsed(time.pricers)) {
+      cand.push_back(ComputeScaleParam(gpu));
+      req.push_back(true);
+      start.push_back(0);
+    }
+  }
+  if (automatic || asked.contains(kFitMicroBatchFixed)) {
+    // With one micro-batch count per replica across the runs, every run
+    // adds the same number of fixed costs, which then is separable from
+    // the compute only through the profiles' micro-batch-size scaling — the
+    // very thing the compute scale corrects. So it needs varied counts.
+    std::set<int> counts;
+    for (const RunPricer* p : time.pricers) {
+      absl::StatusOr<RunPrediction> r = p->Price({});
+      if (!r.ok()) return r.status();
+      counts.insert(r->micro_batches_per_replica);
+    }
+    const bool req_it = asked.contains(kFitMicroBatchFixed);
+    if (counts.size() == 1) {
+      const std::vector<std::string> types = TypesUsed(time.pricers);
+      std::string why = absl::StrCat(
+          time.pricers.size() == 1 ? "the only fitted run has "
+                                   : "every fitted run has ",
+          *counts.begin(), " micro-batches per replica, so it cannot be told "
+          "apart from ",
+          types.size() == 1 ? absl::StrCat("the ", types[0], " compute scale")
+                            : std::string("the compute scales"));
+      if (req_it) return Refuse(std::string(kFitMicroBatchFixed), why);
+      notes.push_back({std::string(kFitMicroBatchFixed), false, 0, why});
+    } else {
+      cand.push_back(MicroBatchFixedParam());
+      req.push_back(req_it);
+      start.push_back(1e3 * mean_of([](const FrameworkConfig& f) {
+                        return f.micro_batch_fixed_s;
+                      }));
+    }
+  }
+  // The fixed cost per iteration only when named: it absorbs whatever error
+  // grows less than linearly with the compute, so fitted by default it
+  // would hide model error on runs of different sizes.
+  if (asked.contains(kFitIterationFixed)) {
+    cand.push_back(IterationFixedParam());
+    req.push_back(true);
+    start.push_back(1e3 * mean_of([](const FrameworkConfig& f) {
+                      return f.iteration_fixed_s;
+                    }));
+  }
+  std::vector<Param> time_params;
+  absl::StatusOr<std::vector<double>> xt =
+      FitGroup(time, cand, req, start, false, &time_params, &notes);
+  if (!xt.ok()) return xt.status();
+  RunCorrections corrections = CorrectionsOf(time_params, *xt);
+
+  // --- Memory ---
+  cand.clear(), req.clear(), start.clear();
+  const bool mem_auto = automatic;
+  if (mem_auto || asked.contains(kFitContextReserve)) {
+    cand.push_back(ContextReserveParam());
+    req.push_back(asked.contains(kFitContextReserve));
+    start.push_back(mean_of(
+        [](const FrameworkConfig& f) { return f.context_reserve_gib; }));
+  }
+  if (mem_auto || asked.contains(kFitFragmentation)) {
+    cand.push_back(FragmentationParam());
+    req.push_back(asked.contains(kFitFragmentation));
+    start.push_back(
+        mean_of([](const FrameworkConfig& f) { return f.fragmentation; }));
+  }
+  std::vector<Param> mem_params;
+  if (!cand.empty() && memory.pricers.empty()) {
+    const std::string why = "no fitted run has a measured peak_memory_gib";
+    for (size_t k = 0; k < cand.size(); ++k) {
+      if (req[k]) return Refuse(cand[k].Name(), why);
+      notes.push_back({cand[k].Name(), false, 0, why});
+    }
+  } else if (!cand.empty()) {
+    memory.fixed = corrections;
+    absl::StatusOr<std::vector<double>> xm =
+        FitGroup(memory, cand, req, start, true, &mem_params, &notes);
+    if (!xm.ok()) return xm.status();
+    corrections = CorrectionsOf(mem_params, *xm, corrections);
+    for (size_t k = 0; k < mem_params.size(); ++k) {
+      result.parameters.push_back(
+          {mem_params[k].Name(), true, mem_params[k].Display((*xm)[k]), ""});
+    }
+  }
+  // Fitted time parameters first, then memory, then the notes.
+  std::vector<FittedParameter> ordered;
+  for (size_t k = 0; k < time_params.size(); ++k) {
+    ordered.push_back(
+        {time_params[k].Name(), true, time_params[k].Display((*xt)[k]), ""});
+  }
+  for (FittedParameter& p : result.parameters) ordered.push_back(std::move(p));
+  for (FittedParameter& p : notes) ordered.push_back(std::move(p));
+  result.parameters = std::move(ordered);
+  result.corrections = corrections;
+
+  for (size_t i = 0; i < runs.size(); ++i) {
+    RunFitReport r;
+    r.label = runs[i].label;
+    r.fitted_on = on[i];
+    r.measured_iteration_s = runs[i].measured_iteration_s;
+    r.measured_peak_gib = runs[i].measured_peak_gib;
+    absl::StatusOr<RunPrediction> before = pricers[i]->Price({});
+    if (!before.ok()) return before.status();
+    absl::StatusOr<RunPrediction> after = pricers[i]->Price(corrections);
+    if (!after.ok()) return after.status();
+    r.before = *before;
+    r.after = *after;
+    result.runs.push_back(std::move(r));
+  }
+  result.time_rms_log_error_before = RmsLog(result.runs, false);
+  result.time_rms_log_error_after = RmsLog(result.runs, true);
+  return result;
+}
+
+// --- Calibration file --------------------------------------------------------
+
+namespace {
+// Six significant digits: far inside what the runs determine, and a file
+// (and the framework summary of `arachne plan`) a person can read.
+double Rounded(double v) {
+  return std::strtod(absl::StrFormat("%.6g", v).c_str(), nullptr);
+}
+}  // namespace
+
+nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file) {
+  Json j;
+  j["format"] = std::string(kRunCalibrationFormat);
+  Json scale = Json::object();
+  for (const auto& [gpu, s] : file.corrections.compute_scale) {
+    scale[gpu] = Rounded(s);
+  }
+  j["compute_scale"] = scale;
+  Json fw = Json::object();
+  const RunCorrections& c = file.corrections;
+  if (c.micro_batch_fixed_s) {
+    fw[kFitMicroBatchFixed] = Rounded(*c.micro_batch_fixed_s * 1e3);
+  }
+  if (c.iteration_fixed_s) {
+    fw[kFitIterationFixed] = Rounded(*c.iteration_fixed_s * 1e3);
+  }
+  if (c.context_reserve_gib) {
+    fw[kFitContextReserve] = Rounded(*c.context_reserve_gib);
+  }
+  if (c.fragmentation) fw[kFitFragmentation] = Rounded(*c.fragmentation);
+  j["framework"] = fw;
+  j["fitted_on"] = file.fitted_on;
+  j["cluster_note"] = file.cluster_note;
+  return j;
+}
+
+absl::StatusOr<RunCalibrationFile> RunCalibrationFromJson(
+    const nlohmann::json& json, const GpuCatalog& catalog,
+    absl::string_view source) {
+  ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader top,
+                              ObjectReader::Create(json, source, ""));
+  ARACHNE_IO_RETURN_IF_ERROR(top.AllowOnly(
+      {"format", "compute_scale", "framework", "fitted_on", "cluster_note"}));
+  ARACHNE_IO_ASSIGN_OR_RETURN(const std::string format, top.String("format"));
+  if (format != kRunCalibrationFormat) {
+    return top.Error("format", absl::StrCat("must be \"",
+                                            kRunCalibrationFormat, "\", got ",
+                                            QuoteForMessage(format)));
+  }
+  RunCalibrationFile file;
+  if (top.Has("compute_scale")) {
+    ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader s, top.Object("compute_scale"));
+    for (const auto& [key, value] : s.value().items()) {
+      absl::StatusOr<int> type = catalog.IndexOf(key);
+      if (!type.ok()) {
+        return s.Error(key, AbbreviateQuoted(type.status().message(), key));
+      }
+      ARACHNE_IO_ASSIGN_OR_RETURN(const double v, s.Number(key, 0, true));
+      const std::string& id = catalog.type(*type).id;
+      if (!file.corrections.compute_scale.emplace(id, v).second) {
+        return s.Error(key, absl::StrCat("names GPU type ", id, " twice"));
+      }
+    }
+  }
+  if (top.Has("framework")) {
+    ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader f, top.Object("framework"));
+    ARACHNE_IO_RETURN_IF_ERROR(
+        f.AllowOnly({kFitMicroBatchFixed, kFitIterationFixed,
+                     kFitContextReserve, kFitFragmentation}));
+    for (absl::string_view name : {kFitMicroBatchFixed, kFitIterationFixed,
+                                   kFitContextReserve, kFitFragmentation}) {
+      if (!f.Has(name)) continue;
+      ARACHNE_IO_ASSIGN_OR_RETURN(const double v, f.Number(name, 0, false));
+      // The framework field's own range check, so the file and a
+      // `framework:` override refuse the same values.
+      FrameworkConfig scratch;
+      if (absl::Status st = SetFrameworkField(scratch, name,
+                                              absl::StrFormat("%.17g", v));
+          !st.ok()) {
+        return f.Error(name, st.message());
+      }
+      RunCorrections& c = file.corrections;
+      if (name == kFitMicroBatchFixed) c.micro_batch_fixed_s = v * 1e-3;
+      if (name == kFitIterationFixed) c.iteration_fixed_s = v * 1e-3;
+      if (name == kFitContextReserve) c.context_reserve_gib = v;
+      if (name == kFitFragmentation) c.fragmentation = v;
+    }
+  }
+  ARACHNE_IO_ASSIGN_OR_RETURN(file.fitted_on, top.StringListOr("fitted_on"));
+  ARACHNE_IO_ASSIGN_OR_RETURN(file.cluster_note,
+                              top.StringOr("cluster_note", ""));
+  return file;
+}
+
+absl::StatusOr<RunCalibrationFile> LoadRunCalibrationFile(
+    const std::string& path, const GpuCatalog& catalog) {
+  ARACHNE_IO_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  ARACHNE_IO_ASSIGN_OR_RETURN(Json json, ParseJsonOrYaml(text, path));
+  return RunCalibrationFromJson(json, catalog, path);
+}
+
+std::string DescribeRunClusters(const std::vector<const MeasuredRun*>& runs,
+                                const GpuCatalog& catalog) {
+  std::vector<std::string> lines;
+  std::set<std::string> seen;
+  for (const MeasuredRun* run : runs) {
+    std::map<std::string, std::pair<int, int>> by_type;  // gpus, nodes
+    std::set<double> nics;
+    for (const Node& n : run->cluster.nodes()) {
+      auto& [g, k] = by_type[catalog.type(n.gpu_type).id];
+      g += n.num_gpus;
+      ++k;
+      nics.insert(n.nic_gbps);
+    }
+    std::vector<std::string> parts;
+    for (const auto& [id, gk] : by_type) {
+      parts.push_back(absl::StrCat(id, ": ", gk.first, " GPUs on ", gk.second,
+                                   " node", gk.second == 1 ? "" : "s"));
+    }
+    std::vector<std::string> nic_text;
+    for (double v : nics) nic_text.push_back(absl::StrCat(v));
+    std::string line = absl::StrCat(absl::StrJoin(parts, ", "), ", ",
+                                    absl::StrJoin(nic_text, "/"), " Gb/s");
+    if (seen.insert(line).second) lines.push_back(line);
+  }
+  return absl::StrJoin(lines, "; ");
+}
+
+}  // namespace arachne
