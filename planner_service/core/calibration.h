@@ -1,14 +1,17 @@
 // Calibration of the profile synthesizer against published per-layer
 // measurements (profiles/reference/cephalo/layer-latency.csv): parsing,
 // per-GPU least-squares fit of CalibrationParams, error report, and the
-// mapping of GPU types without measurements to a measured one.
+// rule that gives GPU types without measurements their parameters from
+// their published matmul throughput (checked leave-one-GPU-out).
 // docs/calibration.md describes the method and shows the shipped result.
 #ifndef ARACHNE_PLANNER_SERVICE_CORE_CALIBRATION_H_
 #define ARACHNE_PLANNER_SERVICE_CORE_CALIBRATION_H_
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -48,31 +51,114 @@ absl::StatusOr<std::vector<MeasuredLayer>> ParseMeasuredLayerCsv(
 // P100); NotFound for other keys.
 absl::StatusOr<std::string> CephaloGpuToCatalogId(absl::string_view key);
 
-// Named mapping of GPU types without measurements to the measured type whose
-// efficiencies they take (efficiencies are fractions of each type's own
-// peak/bandwidth, so nothing is scaled). Explicit ids first; other catalog
-// types by rule (see MapUnmeasuredGpu).
+// The OLD rule for GPU types without measurements, kept as the
+// leave-one-GPU-out baseline and as the fallback of a calibration.json that
+// carries no unmeasured_rule: copy the efficiencies of a measured type
+// (fractions of each type's own peak/bandwidth, so nothing is scaled).
+// Explicit ids first; other catalog types by rule (see MapUnmeasuredGpu).
 const std::map<std::string, std::string>& DefaultGpuMapping();
-// The measured id `gpu` takes parameters from: the explicit table, else
-// product-name rules (V100/T4/Titan V -> V100-16GB; P100/P40/P4 -> P100;
-// HBM >= 1500 GB/s data-centre parts -> A100-80GB; the rest (workstation
-// and inference cards) -> A6000).
+// The measured id `gpu` takes parameters from under the old rule: the
+// explicit table, else product-name rules (V100/T4/Titan V -> V100-16GB;
+// P100/P40/P4 -> P100; HBM >= 1500 GB/s data-centre parts -> A100-80GB; the
+// rest (workstation and inference cards) -> A6000).
 std::string MapUnmeasuredGpu(const GpuType& gpu);
+
+// Published figures of one GPU type that no layer measurement gives:
+// measured dense matmul throughput and the board power limit. 0 = unknown.
+struct GpuThroughput {
+  // Sustained dense 16-bit matmul (bf16 where the part has it, else fp16:
+  // the precision training runs in), TFLOPS.
+  double matmul_tflops = 0;
+  double matmul_fp32_tflops = 0;  // plain FP32 (no TF32) matmul, TFLOPS
+  double tdp_w = 0;               // board power limit, W
+  std::string source;             // where the figures come from
+};
+// The figures read for catalog ids (sources in calibration.cc and
+// docs/calibration.md). Ids absent here have none.
+const std::map<std::string, GpuThroughput>& PublishedGpuThroughput();
+// PublishedGpuThroughput() entry of gpu.id, or all zero.
+GpuThroughput ThroughputOf(const GpuType& gpu);
+// Parts at or under this board power form the low-power class whose
+// matmul fraction is used for a low-power part without a measurement.
+inline constexpr double kLowPowerTdpW = 75;
+
+// One fitted type the rule for unmeasured types is derived from.
+struct CalibrationDonor {
+  GpuType gpu;
+  CalibrationParams params;
+  GpuThroughput throughput;
+  bool fp32_fitted = false;  // had FP32 rows (fp32_gemm_eff_max was fitted)
+  bool attn_fitted = false;  // had fused-attention rows (attn_eff_rel fitted)
+};
+
+// The NEW rule for a GPU type without layer measurements. The GEMM
+// efficiency follows the type's own published matmul throughput:
+//   gemm_eff_max = gemm_eff_per_matmul * matmul_tflops / peak_bf16_tflops
+// (gemm_eff_per_matmul = how much of a square-matmul benchmark the measured
+// layers' GEMMs reach, median over the fitted types), so a power-limited
+// part whose clock drops under dense GEMMs (T4, L4) gets the lower
+// efficiency its benchmark shows. Without a measurement the matmul fraction
+// is the median of the catalog parts that have one, in the part's power
+// class (tdp_w <= kLowPowerTdpW or not). FP32 likewise. The small-GEMM
+// half-point is carried as a time (gemm_half_us at the part's effective
+// throughput); the remaining efficiencies are medians of the fitted types.
+// Calibrate then fits all constants but fp32_eff_per_matmul jointly to the
+// fitted types' rows (docs/calibration.md, "GPUs without measurements").
+struct UnmeasuredGpuRule {
+  double gemm_eff_per_matmul = 0;
+  double fp32_eff_per_matmul = 0;
+  double matmul_fraction = 0;            // fallback, parts above the class
+  double matmul_fraction_low_power = 0;  // fallback, tdp_w <= kLowPowerTdpW
+  double fp32_matmul_fraction = 0;       // fallback
+  double gemm_half_us = 0;
+  double attn_eff_rel = 0;
+  double mem_eff = 0;
+  double bwd_eff_rel = 0;
+  double layer_overhead_us = 0;
+  std::vector<std::string> donors;  // fitted ids it was derived from
+
+  friend bool operator==(const UnmeasuredGpuRule&,
+                         const UnmeasuredGpuRule&) = default;
+};
+// The numeric fields by name (calibration.json unmeasured_rule).
+const std::vector<std::pair<const char*, double UnmeasuredGpuRule::*>>&
+UnmeasuredGpuRuleFields();
+
+// Derives the rule (the medians) from fitted types; `reference` are the types whose
+// published matmul fractions give the fallback fractions (the catalog).
+// FailedPrecondition when no donor is given or none has a published 16-bit
+// matmul figure; InvalidArgument naming the type and field for a negative
+// figure or one above 1.5x the datasheet peak.
+absl::StatusOr<UnmeasuredGpuRule> DeriveUnmeasuredGpuRule(
+    absl::Span<const CalibrationDonor> donors,
+    absl::Span<const GpuType> reference);
+// Parameters of `gpu` under the rule; the fields the fit leaves alone come
+// from `base`.
+CalibrationParams ApplyUnmeasuredGpuRule(const UnmeasuredGpuRule& rule,
+                                         const GpuType& gpu,
+                                         const GpuThroughput& throughput,
+                                         const CalibrationParams& base);
 
 // Per-GPU-id calibration, as shipped in profiles/calibration.json.
 struct CalibrationSet {
   CalibrationParams defaults;
-  // Fitted ids and mapped ids, already resolved to parameters.
+  // Fitted, derived and mapped ids, already resolved to parameters.
   std::map<std::string, CalibrationParams> by_gpu;
-  // Unfitted id -> fitted id it takes parameters from.
+  // Explicit overrides: unfitted id -> fitted id it copies (wins over the
+  // derived parameters).
   std::map<std::string, std::string> mapping;
   // Ids fitted from measurements.
   std::vector<std::string> fitted;
+  // Ids whose parameters the unmeasured-GPU rule derived.
+  std::vector<std::string> derived;
+  // The rule, for types outside the file (absent in old files).
+  std::optional<UnmeasuredGpuRule> rule;
 
   // Parameters for a catalog id: by_gpu, else defaults.
   const CalibrationParams& For(absl::string_view gpu_id) const;
-  // As above, but a type absent from by_gpu is mapped by MapUnmeasuredGpu.
-  const CalibrationParams& For(const GpuType& gpu) const;
+  // As above; a type absent from by_gpu gets the rule applied to it (old
+  // files without a rule: MapUnmeasuredGpu).
+  CalibrationParams For(const GpuType& gpu) const;
 };
 
 struct ErrorStats {
@@ -97,11 +183,40 @@ struct GpuFit {
   int series = 0, heldout_series = 0;
 };
 
+// Leave-one-GPU-out: one fitted type's rows predicted from the others.
+// Errors are |pred/meas - 1| of fwd+bwd over its rows, percent.
+struct LogoResult {
+  std::string gpu_id;
+  int rows = 0;
+  std::string old_source;  // fitted id the old rule copies, or "defaults"
+  double old_median = 0, old_mean = 0;
+  double new_median = 0, new_mean = 0;
+  // Best single copy in hindsight (the donor with the lowest mean): the
+  // best any copy-a-neighbour rule could do.
+  std::string best_source;
+  double best_median = 0, best_mean = 0;
+  CalibrationParams new_params;
+};
+
+// A catalog type without measurements and what the rule gives it.
+struct DerivedGpu {
+  std::string gpu_id;
+  CalibrationParams params;
+  GpuThroughput throughput;
+  double matmul_fraction = 0;  // the one used (measured or class fallback)
+  std::string basis;           // "measured", "fallback" or "fallback, low-power"
+  std::string old_source;      // what the old rule copied
+};
+
 struct CalibrationReport {
   std::vector<GpuFit> gpus;  // sorted by id
   ErrorStats overall, overall_fp16_llama, overall_heldout;
   CalibrationParams defaults;
-  std::map<std::string, std::string> mapping;  // every other catalog id
+  std::map<std::string, std::string> mapping;  // explicit overrides
+  std::vector<DerivedGpu> derived;             // every other catalog id
+  std::optional<UnmeasuredGpuRule> rule;       // from all fitted types
+  std::vector<LogoResult> logo;                // per fitted type, by id
+  LogoResult logo_all;                         // pooled over their rows
   std::vector<std::string> notes;              // skipped rows etc.
 
   // The shipped form: fitted + mapped parameters.
@@ -114,8 +229,13 @@ struct CalibrationReport {
 // held out for the held-out error (params fitted on the other series); the
 // shipped params are then fitted on all rows. Rows whose GPU is not in
 // `catalog` are skipped (noted). FailedPrecondition when nothing remains.
-absl::StatusOr<CalibrationReport> Calibrate(absl::Span<const MeasuredLayer> rows,
-                                            const GpuCatalog& catalog);
+// Every other catalog type gets the unmeasured-GPU rule derived from all
+// fitted types, unless `overrides` (unfitted id -> fitted id) names it;
+// an override naming an unknown or unfitted id is InvalidArgument. With
+// two or more fitted types the leave-one-GPU-out check is run.
+absl::StatusOr<CalibrationReport> Calibrate(
+    absl::Span<const MeasuredLayer> rows, const GpuCatalog& catalog,
+    const std::map<std::string, std::string>& overrides = {});
 
 // Predicted fwd/bwd of one measured row with `p` against `gpu` (the model
 // of the Cephalo layer: unfused Hugging Face kernels, eager attention for

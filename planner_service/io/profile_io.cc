@@ -269,6 +269,35 @@ std::string CalibrationReportToJson(const CalibrationReport& r) {
     fitted[g.gpu_id] = gj;
   }
   j["fitted"] = fitted;
+  // Unmeasured types: the rule, what it gives each catalog type, and its
+  // leave-one-GPU-out check (docs/calibration.md).
+  if (r.rule.has_value()) {
+    json rule = json::object();
+    for (const auto& [name, member] : UnmeasuredGpuRuleFields())
+      rule[name] = (*r.rule).*member;
+    rule["donors"] = r.rule->donors;
+    j["unmeasured_rule"] = rule;
+  }
+  json derived = json::object();
+  for (const DerivedGpu& d : r.derived)
+    derived[d.gpu_id] = {{"params", ParamsToJson(d.params)},
+                         {"basis", d.basis},
+                         {"matmul_fraction", d.matmul_fraction},
+                         {"old_rule_copied", d.old_source}};
+  j["derived"] = derived;
+  json logo = json::array();
+  for (const LogoResult& l : r.logo)
+    logo.push_back({{"gpu", l.gpu_id},
+                    {"rows", l.rows},
+                    {"old_source", l.old_source},
+                    {"old_median_pct", l.old_median},
+                    {"old_mean_pct", l.old_mean},
+                    {"new_median_pct", l.new_median},
+                    {"new_mean_pct", l.new_mean},
+                    {"best_source", l.best_source},
+                    {"best_median_pct", l.best_median},
+                    {"best_mean_pct", l.best_mean}});
+  j["leave_one_gpu_out"] = logo;
   json mapping = json::object();
   for (const auto& [id, target] : r.mapping) mapping[id] = target;
   j["mapping"] = mapping;
@@ -306,6 +335,39 @@ absl::StatusOr<CalibrationSet> ParseCalibrationJson(absl::string_view text,
     if (!p.ok()) return p.status();
     set.by_gpu[it.key()] = *p;
     set.fitted.push_back(it.key());
+  }
+  if (j.contains("derived")) {
+    if (!j["derived"].is_object())
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": derived: must be an object"));
+    for (auto it = j["derived"].begin(); it != j["derived"].end(); ++it) {
+      const std::string where = absl::StrCat(source, ": derived.", it.key());
+      if (!it.value().is_object() || !it.value().contains("params"))
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".params: missing"));
+      absl::StatusOr<CalibrationParams> p = ParamsFromJson(
+          it.value()["params"], set.defaults, absl::StrCat(where, ".params"));
+      if (!p.ok()) return p.status();
+      set.by_gpu[it.key()] = *p;
+      set.derived.push_back(it.key());
+    }
+  }
+  if (j.contains("unmeasured_rule")) {
+    const json& rj = j["unmeasured_rule"];
+    if (!rj.is_object())
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": unmeasured_rule: must be an object"));
+    UnmeasuredGpuRule rule;
+    for (const auto& [name, member] : UnmeasuredGpuRuleFields()) {
+      if (!rj.contains(name) || !rj[name].is_number())
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": unmeasured_rule.", name, ": must be a number"));
+      rule.*member = rj[name].get<double>();
+    }
+    if (rj.contains("donors") && rj["donors"].is_array())
+      for (const json& d : rj["donors"])
+        if (d.is_string()) rule.donors.push_back(d.get<std::string>());
+    set.rule = rule;
   }
   if (j.contains("mapping")) {
     if (!j["mapping"].is_object())

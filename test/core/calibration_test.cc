@@ -1,5 +1,6 @@
 #include "planner_service/core/calibration.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -239,6 +241,84 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
     ++checked;
   }
   EXPECT_EQ(checked, 6);
+
+  // Leave-one-GPU-out: the JSON and the doc table carry the recomputed
+  // figures.
+  ASSERT_EQ(report->logo.size(), 5u);
+  ASSERT_EQ(j["leave_one_gpu_out"].size(), 5u);
+  for (size_t i = 0; i < report->logo.size(); ++i) {
+    const LogoResult& l = report->logo[i];
+    const auto& lj = j["leave_one_gpu_out"][i];
+    SCOPED_TRACE(l.gpu_id);
+    EXPECT_EQ(lj["gpu"].get<std::string>(), l.gpu_id);
+    EXPECT_EQ(lj["rows"].get<int>(), l.rows);
+    EXPECT_EQ(lj["old_source"].get<std::string>(), l.old_source);
+    EXPECT_NEAR(lj["old_median_pct"].get<double>(), l.old_median, 1e-6);
+    EXPECT_NEAR(lj["old_mean_pct"].get<double>(), l.old_mean, 1e-6);
+    EXPECT_NEAR(lj["new_median_pct"].get<double>(), l.new_median, 1e-6);
+    EXPECT_NEAR(lj["new_mean_pct"].get<double>(), l.new_mean, 1e-6);
+  }
+  int logo_checked = 0;
+  bool in_logo = false;
+  for (absl::string_view line : absl::StrSplit(doc, '\n')) {
+    if (absl::StartsWith(line, "### ")) in_logo = line == "### Leave-one-GPU-out";
+    if (!in_logo) continue;
+    std::vector<std::string> cells;
+    for (absl::string_view c : absl::StrSplit(line, '|'))
+      cells.emplace_back(absl::StripAsciiWhitespace(c));
+    // | GPU | rows | old copies | old med | old mean | new med | new mean |
+    // best | best med | best mean |
+    if (cells.size() != 12) continue;
+    const LogoResult* l = cells[1] == "**all**" ? &report->logo_all : nullptr;
+    for (const LogoResult& x : report->logo)
+      if (x.gpu_id == cells[1]) l = &x;
+    if (l == nullptr) continue;
+    SCOPED_TRACE(line);
+    int rows;
+    ASSERT_TRUE(absl::SimpleAtoi(cells[2], &rows));
+    EXPECT_EQ(rows, l->rows);
+    const double want[] = {l->old_median, l->old_mean, l->new_median,
+                           l->new_mean};
+    for (int i = 0; i < 4; ++i) {
+      double v;
+      ASSERT_TRUE(absl::SimpleAtod(cells[4 + i], &v));
+      EXPECT_NEAR(v, want[i], 1e-6);
+    }
+    ++logo_checked;
+  }
+  EXPECT_EQ(logo_checked, 6);
+  // The new rule beats the old one pooled over all 1,276 rows, on median
+  // and mean, and on every type but A6000 (whose eager-attention and FP32
+  // rows no other type predicts; the old rule gave it the defaults, which
+  // happen to fit it better).
+  EXPECT_EQ(report->logo_all.rows, 1276);
+  EXPECT_LT(report->logo_all.new_median, 0.7 * report->logo_all.old_median);
+  EXPECT_LT(report->logo_all.new_mean, 0.7 * report->logo_all.old_mean);
+  for (const LogoResult& l : report->logo) {
+    SCOPED_TRACE(l.gpu_id);
+    if (l.gpu_id == "A6000") continue;
+    EXPECT_LT(l.new_median, l.old_median);
+    EXPECT_LT(l.new_mean, l.old_mean);
+  }
+  // Planning gets the derived parameters: every unfitted catalog type is in
+  // the shipped set, T4 and L4 (power-limited) below the fitted parts.
+  EXPECT_EQ(shipped->derived.size(), catalog->types().size() - 5);
+  ASSERT_TRUE(shipped->rule.has_value());
+  EXPECT_EQ(*shipped->rule, *report->rule);
+  for (const DerivedGpu& d : report->derived) {
+    SCOPED_TRACE(d.gpu_id);
+    ASSERT_TRUE(shipped->by_gpu.contains(d.gpu_id));
+    EXPECT_LT(Rel(shipped->by_gpu.at(d.gpu_id).gemm_eff_max,
+                  d.params.gemm_eff_max), 1e-6);
+  }
+  const GpuType& t4 = catalog->type(*catalog->IndexOf("T4"));
+  const GpuType& l4 = catalog->type(*catalog->IndexOf("L4"));
+  for (const GpuFit& g : report->gpus) {
+    EXPECT_LT(shipped->For(t4).gemm_eff_max, g.params.gemm_eff_max) << g.gpu_id;
+    if (g.gpu_id != "P100")
+      EXPECT_LT(shipped->For(l4).gemm_eff_max, g.params.gemm_eff_max)
+          << g.gpu_id;
+  }
   EXPECT_EQ(doc, RenderCalibrationMarkdown(*report));
 }
 
@@ -278,10 +358,27 @@ TEST(Calibration, SkipsGpusOutsideTheCatalog) {
   EXPECT_EQ(report->gpus[0].all.rows, 328);
   EXPECT_FALSE(report->mapping.contains("H100-80GB"));
   EXPECT_FALSE(report->notes.empty());
+  // One fitted type: no leave-one-GPU-out, but the rule (from A100-40GB
+  // alone) gives H100 its parameters.
+  EXPECT_TRUE(report->logo.empty());
+  ASSERT_TRUE(report->rule.has_value());
+  ASSERT_EQ(report->derived.size(), 1u);
+  EXPECT_EQ(report->derived[0].gpu_id, "H100-80GB");
+  EXPECT_EQ(report->derived[0].basis, "measured");
   CalibrationSet set = report->ToSet();
-  // H100 maps to A100-80GB, which is not fitted here: defaults.
-  EXPECT_EQ(set.For(h100), set.defaults);
+  EXPECT_EQ(set.For(h100), ApplyUnmeasuredGpuRule(*report->rule, h100,
+                                                  ThroughputOf(h100),
+                                                  set.defaults));
+  EXPECT_NE(set.For(h100), set.defaults);
   EXPECT_EQ(set.For(a100), report->gpus[0].params);
+  // An explicit override copies the fitted type instead.
+  auto over = Calibrate(ShippedRows(), *catalog, {{"H100-80GB", "A100-40GB"}});
+  ASSERT_TRUE(over.ok()) << over.status();
+  EXPECT_TRUE(over->derived.empty());
+  EXPECT_EQ(over->ToSet().For(h100), report->gpus[0].params);
+  auto bad = Calibrate(ShippedRows(), *catalog, {{"H100-80GB", "B9"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("override H100-80GB -> B9"));
 }
 
 TEST(Calibration, PredictionMatchesMeasurementScale) {
@@ -299,6 +396,218 @@ TEST(Calibration, PredictionMatchesMeasurementScale) {
     EXPECT_NEAR(t.fwd_ms / r.fwd_ms, 1.0, 0.1);
     EXPECT_NEAR(t.bwd_ms / r.bwd_ms, 1.0, 0.1);
   }
+}
+
+GpuType TestGpu(const std::string& id, double peak16, double peak32) {
+  GpuType g;
+  g.id = id;
+  g.product_name = id;
+  g.peak_bf16_tflops = peak16;
+  g.peak_fp32_tflops = peak32;
+  g.memory_gib = 24;
+  g.hbm_gbps = 300;
+  g.intra_node_gbps = 24;
+  return g;
+}
+
+UnmeasuredGpuRule TestRule() {
+  UnmeasuredGpuRule r;
+  r.gemm_eff_per_matmul = 0.9;
+  r.fp32_eff_per_matmul = 0.95;
+  r.matmul_fraction = 0.8;
+  r.matmul_fraction_low_power = 0.4;
+  r.fp32_matmul_fraction = 0.7;
+  r.gemm_half_us = 10;
+  r.attn_eff_rel = 0.5;
+  r.mem_eff = 0.75;
+  r.bwd_eff_rel = 1.02;
+  r.layer_overhead_us = 50;
+  return r;
+}
+
+TEST(UnmeasuredGpuRule, PowerLimitedPartGetsLowerGemmEfficiency) {
+  // Same datasheet figures (121 / 30.3 TFLOPS); only the measured matmul
+  // and the board power differ.
+  const GpuType g = TestGpu("X", 121, 30.3);
+  const UnmeasuredGpuRule r = TestRule();
+  const CalibrationParams base;
+  GpuThroughput limited;  // L4-like: 56.9 TFLOPS sustained at 72 W
+  limited.matmul_tflops = 56.9;
+  limited.matmul_fp32_tflops = 11.11;
+  limited.tdp_w = 72;
+  GpuThroughput full;  // measured near its peak
+  full.matmul_tflops = 96.8;
+  full.tdp_w = 300;
+  const CalibrationParams pl = ApplyUnmeasuredGpuRule(r, g, limited, base);
+  const CalibrationParams pf = ApplyUnmeasuredGpuRule(r, g, full, base);
+  EXPECT_DOUBLE_EQ(pl.gemm_eff_max, 0.9 * 56.9 / 121);  // 0.42322
+  EXPECT_DOUBLE_EQ(pf.gemm_eff_max, 0.9 * 96.8 / 121);  // 0.72
+  EXPECT_LT(pl.gemm_eff_max, pf.gemm_eff_max);
+  EXPECT_DOUBLE_EQ(pl.fp32_gemm_eff_max, 0.95 * 11.11 / 30.3);
+  EXPECT_DOUBLE_EQ(pf.fp32_gemm_eff_max, 0.95 * 0.7);  // fallback fraction
+  // The half-point is the same 10 us at each part's effective throughput.
+  EXPECT_DOUBLE_EQ(pl.gemm_half_gflop, 1e-3 * 10 * pl.gemm_eff_max * 121);
+  EXPECT_DOUBLE_EQ(pf.gemm_half_gflop, 1e-3 * 10 * 0.72 * 121);
+  EXPECT_DOUBLE_EQ(pl.mem_eff, 0.75);
+  EXPECT_DOUBLE_EQ(pl.attn_eff_rel, 0.5);
+  EXPECT_DOUBLE_EQ(pl.bwd_eff_rel, 1.02);
+  EXPECT_DOUBLE_EQ(pl.layer_overhead_us, 50);
+  EXPECT_DOUBLE_EQ(pl.tp_loss_per_degree, base.tp_loss_per_degree);
+
+  // Without a measurement the power class decides: 72 W takes the
+  // low-power fraction, 300 W (or unknown) the other.
+  GpuThroughput low_unmeasured;
+  low_unmeasured.tdp_w = 72;
+  GpuThroughput high_unmeasured;
+  high_unmeasured.tdp_w = 300;
+  EXPECT_DOUBLE_EQ(
+      ApplyUnmeasuredGpuRule(r, g, low_unmeasured, base).gemm_eff_max,
+      0.9 * 0.4);
+  EXPECT_DOUBLE_EQ(
+      ApplyUnmeasuredGpuRule(r, g, high_unmeasured, base).gemm_eff_max,
+      0.9 * 0.8);
+  EXPECT_DOUBLE_EQ(ApplyUnmeasuredGpuRule(r, g, {}, base).gemm_eff_max,
+                   0.9 * 0.8);
+  // The result stays inside the fit's range.
+  GpuThroughput over;
+  over.matmul_tflops = 130;  // 0.9 x 130/121 = 0.967
+  EXPECT_DOUBLE_EQ(ApplyUnmeasuredGpuRule(r, g, over, base).gemm_eff_max,
+                   0.95);
+}
+
+TEST(UnmeasuredGpuRule, ShippedLowPowerPartsSitBelowFullPowerOnes) {
+  // The published figures: T4 and L4 reach well under half their peak
+  // under sustained GEMMs, A100 and H100 about 80 %.
+  auto frac = [](const char* id, double peak) {
+    return PublishedGpuThroughput().at(id).matmul_tflops / peak;
+  };
+  EXPECT_NEAR(frac("T4", 65), 0.369231, 1e-6);
+  EXPECT_NEAR(frac("L4", 121), 0.470248, 1e-6);
+  EXPECT_NEAR(frac("A100-80GB", 312), 0.847853, 1e-6);
+  EXPECT_NEAR(frac("H100-80GB", 989.4), 0.792056, 1e-6);
+  for (const auto& [id, t] : PublishedGpuThroughput()) {
+    SCOPED_TRACE(id);
+    EXPECT_FALSE(t.source.empty());
+    EXPECT_GT(t.matmul_tflops, 0);
+    EXPECT_GE(t.matmul_fp32_tflops, 0);
+  }
+}
+
+TEST(UnmeasuredGpuRule, DerivesMediansFromDonors) {
+  // Two donors with ids the published table has, so the reference
+  // fractions are known: A100-40GB 246.33/312, T4 24/65 (70 W), L4
+  // 56.9/121 (72 W).
+  CalibrationDonor a, b;
+  a.gpu = TestGpu("A100-40GB", 312, 19.5);
+  a.throughput = ThroughputOf(a.gpu);
+  a.params.gemm_eff_max = 0.75;
+  a.params.fp32_gemm_eff_max = 0.9;
+  a.params.gemm_half_gflop = 2.34;
+  a.params.attn_eff_rel = 0.4;
+  a.params.mem_eff = 0.6;
+  a.params.bwd_eff_rel = 1.0;
+  a.params.layer_overhead_us = 100;
+  a.fp32_fitted = a.attn_fitted = true;
+  b.gpu = TestGpu("B", 100, 10);
+  b.throughput.matmul_tflops = 80;
+  b.params.gemm_eff_max = 0.6;
+  b.params.gemm_half_gflop = 0.6;
+  b.params.attn_eff_rel = 0.2;  // not fitted: ignored
+  b.params.mem_eff = 0.8;
+  b.params.bwd_eff_rel = 1.2;
+  b.params.layer_overhead_us = 20;
+  const std::vector<GpuType> ref = {a.gpu, TestGpu("T4", 65, 8.1),
+                                    TestGpu("L4", 121, 30.3)};
+  auto r = DeriveUnmeasuredGpuRule({a, b}, ref);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->gemm_eff_per_matmul,
+                   0.5 * (0.75 / (246.33 / 312) + 0.6 / 0.8));
+  EXPECT_DOUBLE_EQ(r->fp32_eff_per_matmul, 0.9 / (18.11 / 19.5));
+  // 2.34 GFLOP at 0.75 x 312 TFLOPS = 10 us; 0.6 at 0.6 x 100 = 10 us.
+  EXPECT_NEAR(r->gemm_half_us, 10, 1e-12);
+  EXPECT_DOUBLE_EQ(r->attn_eff_rel, 0.4);
+  EXPECT_DOUBLE_EQ(r->mem_eff, 0.7);
+  EXPECT_DOUBLE_EQ(r->bwd_eff_rel, 1.1);
+  EXPECT_DOUBLE_EQ(r->layer_overhead_us, 60);
+  EXPECT_DOUBLE_EQ(r->matmul_fraction, 246.33 / 312);
+  EXPECT_DOUBLE_EQ(r->matmul_fraction_low_power,
+                   0.5 * (24.0 / 65 + 56.9 / 121));
+  // FP32 fractions 0.929 (A100), 0.515 (T4), 0.367 (L4): the median.
+  EXPECT_DOUBLE_EQ(r->fp32_matmul_fraction, 4.17 / 8.1);
+  EXPECT_EQ(r->donors, (std::vector<std::string>{"A100-40GB", "B"}));
+}
+
+TEST(UnmeasuredGpuRule, Errors) {
+  auto none = DeriveUnmeasuredGpuRule({}, {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(none.status().message(), HasSubstr("no fitted GPU type"));
+
+  CalibrationDonor d;
+  d.gpu = TestGpu("NOFIG", 100, 10);
+  auto no_fig = DeriveUnmeasuredGpuRule({d}, {});
+  ASSERT_FALSE(no_fig.ok());
+  EXPECT_EQ(no_fig.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(no_fig.status().message(),
+              HasSubstr("(NOFIG) has a published 16-bit matmul_tflops"));
+
+  d.throughput.matmul_tflops = -1;
+  auto neg = DeriveUnmeasuredGpuRule({d}, {});
+  ASSERT_FALSE(neg.ok());
+  EXPECT_EQ(neg.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(neg.status().message(),
+              HasSubstr("gpu NOFIG: matmul_tflops must be a number >= 0, got -1"));
+
+  d.throughput.matmul_tflops = 80;
+  d.throughput.matmul_fp32_tflops = 16;  // 1.6x the 10 TFLOPS peak
+  auto high = DeriveUnmeasuredGpuRule({d}, {});
+  ASSERT_FALSE(high.ok());
+  EXPECT_THAT(high.status().message(),
+              HasSubstr("gpu NOFIG: matmul_fp32_tflops 16 exceeds 1.5x the "
+                        "datasheet peak 10"));
+}
+
+TEST(UnmeasuredGpuRule, SetAppliesRuleToTypesOutsideTheFile) {
+  CalibrationSet set;
+  set.rule = TestRule();
+  GpuType g = TestGpu("CUSTOM-NEW", 200, 50);
+  const CalibrationParams p = set.For(g);
+  EXPECT_DOUBLE_EQ(p.gemm_eff_max, 0.9 * 0.8);
+  EXPECT_DOUBLE_EQ(p.fp32_gemm_eff_max, 0.95 * 0.7);
+  // By id the same set has nothing: defaults.
+  EXPECT_EQ(set.For("CUSTOM-NEW"), set.defaults);
+  // Without a rule (an old file) the old mapping applies.
+  CalibrationSet old;
+  old.by_gpu["A6000"].gemm_eff_max = 0.123;
+  EXPECT_DOUBLE_EQ(old.For(g).gemm_eff_max, 0.123);
+}
+
+TEST(UnmeasuredGpuRule, JsonErrorsNameTheField) {
+  auto rule = ParseCalibrationJson(
+      R"({"fitted": {}, "unmeasured_rule": {"mem_eff": 0.5}})", "c.json");
+  ASSERT_FALSE(rule.ok());
+  EXPECT_THAT(rule.status().message(),
+              HasSubstr("c.json: unmeasured_rule.gemm_eff_per_matmul: must be "
+                        "a number"));
+  auto derived = ParseCalibrationJson(
+      R"({"fitted": {}, "derived": {"L4": {"basis": "measured"}}})", "c.json");
+  ASSERT_FALSE(derived.ok());
+  EXPECT_THAT(derived.status().message(),
+              HasSubstr("c.json: derived.L4.params: missing"));
+}
+
+TEST(UnmeasuredGpuRule, FileMappingOverridesDerivedParameters) {
+  // A hand-added mapping entry copies the fitted type instead of the
+  // derived parameters.
+  auto set = ParseCalibrationJson(R"({
+    "fitted": {"A": {"params": {"gemm_eff_max": 0.7}}},
+    "derived": {"B": {"params": {"gemm_eff_max": 0.3}},
+                "C": {"params": {"gemm_eff_max": 0.4}}},
+    "mapping": {"B": "A"}})");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_DOUBLE_EQ(set->For("B").gemm_eff_max, 0.7);
+  EXPECT_DOUBLE_EQ(set->For("C").gemm_eff_max, 0.4);
+  EXPECT_FALSE(set->rule.has_value());
 }
 
 }  // namespace

@@ -176,11 +176,14 @@ TEST(Calibration, ShippedFileResolvesEveryCatalogGpu) {
   for (const GpuType& t : catalog->types()) {
     SCOPED_TRACE(t.id);
     EXPECT_TRUE(set->by_gpu.contains(t.id));
-    EXPECT_NE(&set->For(t), &set->defaults);
+    EXPECT_NE(set->For(t), set->defaults);
   }
-  EXPECT_EQ(set->mapping.at("H100-80GB"), "A100-80GB");
-  EXPECT_EQ(set->For("H100-80GB"), set->For("A100-80GB"));
-  EXPECT_EQ(set->For("T4"), set->For("V100-16GB"));
+  // Unfitted types get the unmeasured-GPU rule (calibration.h), not a copy:
+  // the power-limited T4 sits below the V100 the old mapping copied.
+  EXPECT_TRUE(set->mapping.empty());
+  EXPECT_EQ(set->derived.size(), catalog->types().size() - 5);
+  EXPECT_TRUE(set->rule.has_value());
+  EXPECT_LT(set->For("T4").gemm_eff_max, set->For("V100-16GB").gemm_eff_max);
   EXPECT_EQ(&set->For("no-such-gpu"), &set->defaults);
 }
 
@@ -204,10 +207,21 @@ TEST(Calibration, JsonErrorsAndRoundTrip) {
   g.params.layer_overhead_us = 77;
   r.gpus.push_back(g);
   r.mapping["B"] = "A";
+  DerivedGpu d;
+  d.gpu_id = "C";
+  d.params.gemm_eff_max = 0.4321;
+  r.derived.push_back(d);
+  r.rule = UnmeasuredGpuRule{};
+  r.rule->gemm_eff_per_matmul = 0.87654321;
+  r.rule->donors = {"A"};
   auto set = ParseCalibrationJson(CalibrationReportToJson(r));
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->For("A"), g.params);
   EXPECT_EQ(set->For("B"), g.params);
+  EXPECT_EQ(set->For("C"), d.params);
+  EXPECT_EQ(set->derived, std::vector<std::string>{"C"});
+  ASSERT_TRUE(set->rule.has_value());
+  EXPECT_EQ(*set->rule, *r.rule);
   EXPECT_EQ(set->For("Z"), CalibrationParams{});
 }
 
