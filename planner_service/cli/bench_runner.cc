@@ -621,9 +621,12 @@ absl::StatusOr<BenchResults> RunBench(const BenchOptions& options,
   ParallelFor(static_cast<int>(compositions.size()), jobs, [&](int i) {
     const Scenario& s = results.scenarios[compositions[i].scenario];
     const Composition& c = s.compositions[compositions[i].composition];
+    TrainingConfig training = s.training;
+    CostParams params;
+    ApplyCorrections(options.calibration, &training, &params);
     absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
-        PlanningContext::Create(*catalog, s.model_spec, s.training, c.cluster,
-                                options.profiles_dir);
+        PlanningContext::Create(*catalog, s.model_spec, training, c.cluster,
+                                options.profiles_dir, params);
     if (ctx.ok()) {
       contexts[i] = *std::move(ctx);
     } else {

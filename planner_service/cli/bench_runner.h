@@ -32,6 +32,7 @@
 #include "planner_service/core/model.h"
 #include "planner_service/core/plan.h"
 #include "planner_service/core/planner.h"
+#include "planner_service/io/run_calibration.h"
 #include "planner_service/io/scenario_io.h"
 
 namespace arachne {
@@ -60,6 +61,9 @@ struct BenchOptions {
   // $ARACHNE_POLICIES_DIR, else (with LibTorch) the source tree's
   // profiles/policies: where the registered factory looks by default.
   std::string policies_dir;
+  // A run calibration (--calibration) applied to every scenario's training
+  // config and cost parameters.
+  RunCorrections calibration;
 };
 
 // The learned planner's name in PlannerNames() and results.
