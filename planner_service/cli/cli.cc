@@ -823,36 +823,40 @@ int RunBenchCommand(const BenchFlags& f, std::ostream& out,
   return kExitOk;
 }
 
-// `arachne train ARGS`: training needs LibTorch, which this binary does not
-// load, so it execs `arachne-train ARGS` from the running binary's
-// directory (built beside it in LibTorch builds). Returns only on error.
-int ExecTrain(int argc, const char* const* argv, std::ostream& out,
-              std::ostream& err) {
+// `arachne train ARGS` and `arachne profile measure ARGS`: training and
+// timing layers need LibTorch, which this binary does not load, so they
+// exec `arachne-train ARGS` / `arachne-profile ARGS` from the running
+// binary's directory (built beside it in LibTorch builds). `first_arg` is
+// the index of the first argument passed on. Returns only on error.
+int ExecBeside(const std::string& tool, const std::string& command,
+               int first_arg, int argc, const char* const* argv,
+               std::ostream& out, std::ostream& err) {
   std::error_code ec;
   const std::filesystem::path self =
       std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) {
-    err << "error: arachne train: cannot find this binary's directory "
-           "(/proc/self/exe: "
+    err << "error: arachne " << command
+        << ": cannot find this binary's directory (/proc/self/exe: "
         << ec.message() << ")\n";
     return kExitInternal;
   }
-  const std::string trainer = (self.parent_path() / "arachne-train").string();
-  if (access(trainer.c_str(), X_OK) != 0) {
-    err << "error: arachne train runs " << trainer << ", which "
+  const std::string path = (self.parent_path() / tool).string();
+  if (access(path.c_str(), X_OK) != 0) {
+    err << "error: arachne " << command << " runs " << path << ", which "
         << (errno == ENOENT ? "does not exist" : std::strerror(errno))
-        << " (arachne-train is built only with LibTorch: "
-           "cmake --build build --target arachne-train)\n";
+        << " (" << tool << " is built only with LibTorch: "
+           "cmake --build build --target " << tool << ")\n";
     return kExitBadInput;
   }
   std::vector<char*> args;
-  args.push_back(const_cast<char*>(trainer.c_str()));
-  for (int i = 2; i < argc; ++i) args.push_back(const_cast<char*>(argv[i]));
+  args.push_back(const_cast<char*>(path.c_str()));
+  for (int i = first_arg; i < argc; ++i)
+    args.push_back(const_cast<char*>(argv[i]));
   args.push_back(nullptr);
   out.flush();
   err.flush();
-  execv(trainer.c_str(), args.data());
-  err << "error: arachne train: cannot run " << trainer << ": "
+  execv(path.c_str(), args.data());
+  err << "error: arachne " << command << ": cannot run " << path << ": "
       << std::strerror(errno) << "\n";
   return kExitInternal;
 }
@@ -862,7 +866,12 @@ int ExecTrain(int argc, const char* const* argv, std::ostream& out,
 int RunCli(int argc, const char* const* argv, std::ostream& out,
            std::ostream& err) {
   if (argc >= 2 && std::string(argv[1]) == "train") {
-    return ExecTrain(argc, argv, out, err);
+    return ExecBeside("arachne-train", "train", 2, argc, argv, out, err);
+  }
+  if (argc >= 3 && std::string(argv[1]) == "profile" &&
+      std::string(argv[2]) == "measure") {
+    return ExecBeside("arachne-profile", "profile measure", 3, argc, argv, out,
+                      err);
   }
   CLI::App app{"arachne: parallelism plans for heterogeneous GPU clusters"};
   app.require_subcommand(1);
@@ -933,6 +942,14 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
       ->required();
   calibrate->add_option("--out", json_out, "write calibration.json here");
   calibrate->add_option("--report", md_out, "write the markdown report here");
+  // Listed for --help only: RunCli execs arachne-profile first (ExecBeside).
+  profile
+      ->add_subcommand("measure",
+                       "time a model's layers on this machine and write "
+                       "measured profile entries: runs the arachne-profile "
+                       "beside this binary, built with LibTorch; `arachne "
+                       "profile measure --help`, docs/profiler.md")
+      ->allow_extras();
 
   std::string list_format = "table";
   CLI::App* models = app.add_subcommand("models", "list the model catalog");
@@ -1025,7 +1042,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   replan->add_option("--reason", replan_reason, "for the decision log")
       ->capture_default_str();
 
-  // Listed for --help only: RunCli execs arachne-train first (ExecTrain).
+  // Listed for --help only: RunCli execs arachne-train first (ExecBeside).
   app.add_subcommand("train",
                      "train a model's learned policy (GRPO): runs the "
                      "arachne-train beside this binary, built with LibTorch; "
