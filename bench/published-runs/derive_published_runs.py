@@ -86,9 +86,9 @@ def write_megatron():
         if pp > 1:
             out.append("  # Measured with the INTERLEAVED 1F1B schedule (chunks per stage not "
                        "stated); Arachne prices plain 1F1B, so its bubble is an upper bound here.")
+        out.append(f"  # split: {'dev' if P in TABLE1_DEV else 'eval'}")
         out.append(f"  - label: \"{label}\"")
         out.append(f"    source: \"Narayanan et al. 2021, Table 1, {P:g}B row; iteration time derived\"")
-        out.append(f"    # split: {'dev' if P in TABLE1_DEV else 'eval'}")
         out.append(f"    model: {fmt_model_gpt(f'gpt-{P:g}b', l, h, a, V)}")
         out.append(f"    cluster: {{inter_node_gbps: 1600, node_groups: [{{gpu: A100-80GB, "
                    f"gpus_per_node: 8, count: {n // 8}}}]}}")
@@ -109,9 +109,9 @@ def write_megatron():
     out.append(f"  # Cross-check of the FLOP formula: F/(138e12*1024) = {F / (138e12 * n):.2f} s (README: ~32 s).")
     out.append("  # Vocabulary: the script's GPT-2 BPE vocab padded to 51,200 as in the paper (assumed).")
     out.append("  # Cluster: A100 80GB assumed (the README says 'A100'; Table 1 ran on Selene A100-80GB).")
+    out.append("  # split: dev")
     out.append("  - label: \"gpt3-175b tp8 pp16 dp8 (README example)\"")
     out.append("    source: \"NVIDIA/Megatron-LM README.md @d086a2e3 'GPT-3 Example' + examples/pretrain_gpt3_175B.sh @090e141c\"")
-    out.append("    # split: dev")
     out.append(f"    model: {fmt_model_gpt('gpt3-175b', l, h, a, V)}")
     out.append("    cluster: {inter_node_gbps: 1600, node_groups: [{gpu: A100-80GB, gpus_per_node: 8, count: 128}]}")
     out.append(f"    training: {{seq_len: 2048, global_batch: 1536, precision: fp16, recompute: full, "
@@ -145,9 +145,9 @@ runs:
   # Tied embeddings: the README's --pp-partition-method note speaks of "the tied embedding layers".
   # Pipeline partition: 'type:transformer|embedding' puts the embedding on stage 0 and the tied output
   #   layer on stage 11 (5 blocks there, 6 elsewhere); Arachne balances layers itself.
+  # split: eval
   - label: "bloom-176b tp4 pp12 dp8"
     source: "bigscience tr11-176B-ml README @00327f8c, 'Important checkpoints' log line (iteration 85376)"
-    # split: eval
     model: {name: bloom-176b, num_layers: 70, hidden: 14336, num_heads: 112, ffn: 57344, vocab: 250880, mlp: gelu, tied_embeddings: true}
     cluster: {inter_node_gbps: 400, node_groups: [{gpu: A100-80GB, gpus_per_node: 8, count: 48}]}
     training: {seq_len: 2048, global_batch: 2048, precision: bf16, recompute: full, framework: {preset: megatron-deepspeed, grad_bytes_per_param: 4, optimizer_grad_bytes_per_param: 0}}
@@ -185,9 +185,9 @@ def write_torchtitan():
                    "vocab 128256, multiple_of 1024, ffn_dim_multiplier 1.3 -> ffn 14336 = catalog llama3-8b.")
         out.append(f"  # iteration_s = global_batch*seq/n/TPS = {gbs}*{seq}/{n}/{tps} = {it:.3f} s")
         out.append("  # precision bf16 assumed (FSDP2 mixed precision in torchtitan; not read here); SDPA (flash) attention.")
+        out.append(f"  # split: {'dev' if n == 8 else 'eval'}")
         out.append(f"  - label: \"llama3.1-8b fsdp{n} (torchtitan)\"")
         out.append(f"    source: \"torchtitan docs/performance.md @eaea6f6a, {tab}, row FSDP\"")
-        out.append(f"    # split: {'dev' if n == 8 else 'eval'}")
         out.append("    model: llama3-8b")
         out.append(f"    cluster: {{inter_node_gbps: 3200, node_groups: [{{gpu: H100-80GB, gpus_per_node: 8, "
                    f"count: {n // 8}}}]}}")
@@ -214,9 +214,9 @@ MPT = {  # size: (n_layers, d_model, n_heads, yaml commit)
 }
 GPU_ID = {"h100_80gb": "H100-80GB", "a100_80gb": "A100-80GB", "a100_40gb": "A100-40GB"}
 # Dev runs per GPU type (fit / check constants); everything else is evaluation.
-MPT_DEV = {("h100_80gb", "7b", 2048, 8), ("h100_80gb", "13b", 4096, 8),
-           ("a100_80gb", "7b", 2048, 8), ("a100_80gb", "13b", 4096, 8),
-           ("a100_40gb", "7b", 2048, 8), ("a100_40gb", "7b", 2048, 64)}
+MPT_DEV = {("h100_80gb", "7b", 4096, 8), ("h100_80gb", "13b", 2048, 8),
+           ("a100_80gb", "7b", 4096, 8), ("a100_80gb", "13b", 2048, 8),
+           ("a100_40gb", "13b", 2048, 8), ("a100_40gb", "13b", 2048, 64)}
 
 
 def read_foundry_rows():
@@ -243,11 +243,18 @@ def write_foundry():
            '@061f2c7c): Composer + PyTorch FSDP FULL_SHARD, bf16, flash/triton attention; A100 sections on '
            '\'1600 Gbps node-node interconnect (RoCE)\'. Iteration time = GlobalBatchSize(T) / Throughput(T/s)."',
            "runs:"]
+    skipped = []
     for r in read_foundry_rows():
         if r["size"] not in MPT:
             continue
         if r["gpu"] == "h100_80gb" and r["gpus"] > 8:
             continue  # the H100 section states no inter-node network
+        if r["mb"] & (r["mb"] - 1) or r["mb"] > 32:
+            # The cost model prices power-of-two micro-batches only
+            # (plan validation: "must be a power of two <= 128"), and the
+            # synthesized profiles stop at 32 (CostParams max_micro_batch_size).
+            skipped.append(f"{r['size']} s{r['seq']} {r['gpus']}x{r['gpu']} mb{r['mb']}")
+            continue
         l, h, a, commit = MPT[r["size"]]
         it = r["gbs_tokens"] / r["tps"]
         key = (r["gpu"], r["size"], r["seq"], r["gpus"])
@@ -269,6 +276,8 @@ def write_foundry():
                    f"recompute: {'full' if r['ac'] else 'none'}, framework: {{preset: fsdp}}}}")
         out.append(f"    plan: {{tp: 1, pp: 1, dp: {r['gpus']}, micro_batch: {r['mb']}}}")
         out.append(f"    measured: {{iteration_s: {it:.4f}}}")
+    out.insert(1, "# Not recorded (micro-batch not a power of two, or above 32, which the cost model cannot price): "
+               + ", ".join(skipped))
     return "\n".join(out) + "\n"
 
 

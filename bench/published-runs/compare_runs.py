@@ -1,0 +1,419 @@
+#!/usr/bin/env python3
+"""Predicted vs measured for the published runs of this directory, with
+`arachne calibrate`:
+
+  own-preset   every run under its own framework (preset + the run's
+               overrides), uncalibrated (the "before" columns);
+  all-presets  every run with its framework replaced by each plain preset;
+  after-fit    the round trip: per cluster, fit on its dev runs (the
+               `# split: dev` comments) and predict the rest (held out);
+  variant      sensitivity checks of assumptions (micro-batch, attention).
+
+Writes bench/results/measured_runs.csv and bench/results/measured_runs.md,
+then bench/measured_runs_plot.py draws bench/results/measured_runs.png.
+
+    /usr/bin/python3 bench/published-runs/compare_runs.py [--arachne BIN]
+"""
+import argparse
+import copy
+import csv
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+RESULTS = os.path.join(ROOT, "bench", "results")
+FILES = ["megatron-lm-2021.yaml", "bloom-176b.yaml", "llm-foundry-mpt.yaml",
+         "torchtitan-llama3-8b.yaml", "dlperf-v100.yaml"]
+PRESETS = ["megatron-core", "megatron-deepspeed", "deepspeed-zero1", "fsdp",
+           "arachne-reference"]
+NUM = r"(-|[0-9.]+)"
+PCT = r"(-|[+-][0-9.]+%)"
+ROW = re.compile(r"^(?P<label>.+?)\s+(?P<set>fitted|held-out)\s+" +
+                 r"\s+".join([NUM, NUM, NUM, PCT, PCT, NUM, NUM, NUM, PCT, PCT]) +
+                 r"(?P<nofit>\s+\(predicted not to fit\))?\s*$")
+COMMANDS = []
+
+
+def splits(path):
+    """label -> dev/eval from the `# split:` comment above each run."""
+    out, pending = {}, None
+    for line in open(path):
+        m = re.match(r"\s*# split: (dev|eval)", line)
+        if m:
+            pending = m.group(1)
+        m = re.match(r'\s*- label: "(.*)"', line)
+        if m:
+            out[m.group(1)] = pending or "eval"
+            pending = None
+    return out
+
+
+def calibrate(binary, path, fit_on=None, fit=None, show=None, extra=()):
+    cmd = [binary, "calibrate", "--runs", path] + list(extra)
+    if fit_on:
+        cmd += ["--fit-on", ",".join(fit_on)]
+    if fit:
+        cmd += ["--fit", ",".join(fit)]
+    COMMANDS.append(" ".join(show or cmd).replace(os.path.dirname(path) + "/profiles", "<profiles copy>"))
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {p.stderr.strip() or p.stdout.strip()}")
+    rows, tail, in_tail = {}, [], False
+    for line in p.stdout.splitlines():
+        m = ROW.match(line)
+        if m and not in_tail:
+            g = m.groups()
+            f = lambda v: None if v == "-" else float(v.rstrip("%"))
+            rows[m.group("label").strip()] = dict(
+                set=m.group("set"), measured_s=f(g[2]), before_s=f(g[3]), after_s=f(g[4]),
+                measured_gib=f(g[7]), before_gib=f(g[8]), after_gib=f(g[9]),
+                fits=m.group("nofit") is None)
+        elif line.startswith("fitted runs:"):
+            in_tail = True
+        if in_tail and line.strip():
+            tail.append(line.rstrip())
+    return rows, tail
+
+
+def predict(binary, path, show, extra=()):
+    """Uncalibrated predictions of every run of `path` (the `before`
+    columns). A fit is needed to get the table; try what the runs can
+    determine, and per run when the whole file cannot be fitted."""
+    last = None
+    for fit in (["compute_scale"], None, ["iteration_fixed_ms"]):
+        try:
+            return calibrate(binary, path, fit=fit, extra=extra,
+                             show=show + list(extra) + (["--fit", ",".join(fit)] if fit else []))[0]
+        except RuntimeError as e:
+            COMMANDS.pop()
+            last = e
+    doc = yaml.safe_load(open(path))
+    rows = {}
+    for i, r in enumerate(doc["runs"]):
+        one = os.path.join(os.path.dirname(path), f"one-{i}-" + os.path.basename(path))
+        with open(one, "w") as fh:
+            yaml.safe_dump(dict(runs=[r]), fh, sort_keys=False, width=1000)
+        for fit in (["compute_scale"], ["iteration_fixed_ms"], None):
+            try:
+                rows.update(calibrate(binary, one, fit=fit, extra=extra)[0])
+                COMMANDS.pop()
+                break
+            except RuntimeError as e:
+                COMMANDS.pop()
+                last = e
+        else:
+            print(f"warning: {r['label']}: not priced: {last}", file=sys.stderr)
+    COMMANDS.append(" ".join(show) + "   # per run (the file as a whole cannot be fitted)")
+    return rows
+
+
+def with_framework(doc, preset):
+    d = copy.deepcopy(doc)
+    for r in d["runs"]:
+        r["training"]["framework"] = preset
+    return d
+
+
+def write_tmp(doc, tmpdir, name):
+    path = os.path.join(tmpdir, name)
+    with open(path, "w") as f:
+        yaml.safe_dump(doc, f, sort_keys=False, width=1000)
+    return path
+
+
+def err(p, m):
+    return None if p is None or m is None else p / m - 1
+
+
+def fmt_err(e):
+    return "-" if e is None else f"{100 * e:+.1f}%"
+
+
+def stats(errs):
+    errs = [e for e in errs if e is not None]
+    if not errs:
+        return "-", "-", "-"
+    mae = sum(abs(e) for e in errs) / len(errs)
+    rms = math.sqrt(sum(math.log1p(e) ** 2 for e in errs) / len(errs))
+    w10 = sum(abs(e) <= 0.10 for e in errs)
+    return f"{100 * mae:.1f}%", f"{rms:.3f}", f"{w10}/{len(errs)}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arachne", default=os.path.join(ROOT, "build", "planner_service", "cli", "arachne"))
+    a = ap.parse_args()
+    B = a.arachne
+    rel = lambda p: os.path.relpath(p, ROOT)
+    tmpdir = tempfile.mkdtemp(prefix="published-runs-")
+    docs = {f: yaml.safe_load(open(os.path.join(HERE, f))) for f in FILES}
+    split = {f: splits(os.path.join(HERE, f)) for f in FILES}
+    csv_rows = []
+    md = []
+
+    # --- own preset, uncalibrated ------------------------------------------
+    own = {}
+    for f in FILES:
+        rows = predict(B, os.path.join(HERE, f),
+                       show=["arachne", "calibrate", "--runs", "bench/published-runs/" + f])
+        own[f] = rows
+        for lab, r in rows.items():
+            csv_rows.append(dict(file=f, label=lab, split=split[f][lab], preset="own", phase="own-preset",
+                                 fitted_on="", measured_s=r["measured_s"], predicted_s=r["before_s"],
+                                 measured_gib=r["measured_gib"], predicted_gib=r["before_gib"],
+                                 fits=r["fits"]))
+
+    # --- every preset --------------------------------------------------------
+    allp = {}
+    for f in FILES:
+        for p in PRESETS:
+            path = write_tmp(with_framework(docs[f], p), tmpdir, f"{p}-{f}")
+            rows = predict(B, path, show=["arachne", "calibrate", "--runs",
+                                          f"'<bench/published-runs/{f} with training.framework: {p}>'"])
+            allp[(f, p)] = rows
+            for lab, r in rows.items():
+                csv_rows.append(dict(file=f, label=lab, split=split[f][lab], preset=p, phase="all-presets",
+                                     fitted_on="", measured_s=r["measured_s"], predicted_s=r["before_s"],
+                                     measured_gib=r["measured_gib"], predicted_gib=r["before_gib"],
+                                     fits=r["fits"]))
+
+    # --- round trip per cluster ---------------------------------------------
+    groups = []  # (name, file for the table, doc, dev labels)
+    for f in ["megatron-lm-2021.yaml", "torchtitan-llama3-8b.yaml", "dlperf-v100.yaml"]:
+        dev = [l for l, s in split[f].items() if s == "dev"]
+        groups.append((f.replace(".yaml", ""), f, docs[f], dev, os.path.join(HERE, f)))
+    fdoc = docs["llm-foundry-mpt.yaml"]
+    for gpu in ["H100-80GB", "A100-80GB", "A100-40GB"]:
+        sub = dict(source=fdoc["source"], runs=[r for r in fdoc["runs"]
+                                                if r["cluster"]["node_groups"][0]["gpu"] == gpu])
+        dev = [r["label"] for r in sub["runs"] if split["llm-foundry-mpt.yaml"][r["label"]] == "dev"]
+        groups.append((f"llm-foundry {gpu}", "llm-foundry-mpt.yaml", sub, dev,
+                       write_tmp(sub, tmpdir, f"foundry-{gpu}.yaml")))
+    # BLOOM (one run): fitted on the Megatron-LM 2021 dev runs (same GPU,
+    # another framework) and predicted.
+    mdoc = docs["megatron-lm-2021.yaml"]
+    bl = dict(source="Megatron-LM 2021 dev runs + BLOOM",
+              runs=[r for r in mdoc["runs"] if split["megatron-lm-2021.yaml"][r["label"]] == "dev"]
+              + docs["bloom-176b.yaml"]["runs"])
+    groups.append(("BLOOM from Megatron-LM 2021 dev", "bloom-176b.yaml", bl,
+                   [r["label"] for r in bl["runs"][:-1]], write_tmp(bl, tmpdir, "bloom-transfer.yaml")))
+    # The 2021-Megatron runs again with flash attention (section 3 shows why).
+    fl = copy.deepcopy(mdoc)
+    for r in fl["runs"]:
+        r["training"]["framework"]["attention"] = "flash"
+    groups.insert(1, ("megatron-lm-2021 (attention: flash)", "megatron-lm-2021.yaml", fl,
+                      [l for l, s_ in split["megatron-lm-2021.yaml"].items() if s_ == "dev"],
+                      write_tmp(fl, tmpdir, "megatron-flash.yaml")))
+    fits = []
+    for mode in ("auto", "compute_scale"):
+        for name, f, doc, dev, path in groups:
+            try:
+                rows, tail = calibrate(B, path, fit_on=dev, fit=None if mode == "auto" else ["compute_scale"],
+                                       show=["arachne", "calibrate", "--runs",
+                                             rel(path) if path.startswith(ROOT) else f"'<{name} runs>'",
+                                             "--fit-on", "'" + ",".join(dev) + "'"]
+                                       + ([] if mode == "auto" else ["--fit", "compute_scale"]))
+            except RuntimeError as e:
+                fits.append((name, mode, dev, [f"refused: {e}"], f))
+                continue
+            fits.append((name, mode, dev, tail, f))
+            for lab, r in rows.items():
+                if f == "bloom-176b.yaml" and r["set"] == "fitted":
+                    continue
+                csv_rows.append(dict(file=f, label=lab, split=split[f].get(lab, "dev"),
+                                     preset="own" if "flash" not in name else "own+flash",
+                                     phase="after-fit" if mode == "auto" else "after-fit-scale-only",
+                                     fitted_on=("fitted" if r["set"] == "fitted" else "held-out"),
+                                     measured_s=r["measured_s"], predicted_s=r["after_s"],
+                                     measured_gib=r["measured_gib"], predicted_gib=r["after_gib"],
+                                     fits=r["fits"], group=name, before_s=r["before_s"]))
+
+    # --- sensitivity variants -------------------------------------------------
+    variants = []
+    vd = copy.deepcopy(mdoc)
+    for r in vd["runs"]:
+        r["training"]["framework"]["attention"] = "flash"
+    variants.append(("megatron-lm-2021, attention: flash", "megatron-lm-2021.yaml", vd))
+    for mb in (2, 4):
+        vd = copy.deepcopy(mdoc)
+        keep = []
+        for r in vd["runs"]:
+            if "README" in r["label"]:
+                continue
+            if r["training"]["global_batch"] % (mb * r["plan"]["dp"]) == 0:
+                r["plan"]["micro_batch"] = mb
+                keep.append(r)
+        vd["runs"] = keep
+        variants.append((f"megatron-lm-2021, micro_batch {mb}", "megatron-lm-2021.yaml", vd))
+    for mb in (2, 4):
+        vd = copy.deepcopy(mdoc)
+        keep = []
+        for r in vd["runs"]:
+            if "README" in r["label"]:
+                continue
+            if r["training"]["global_batch"] % (mb * r["plan"]["dp"]) == 0:
+                r["plan"]["micro_batch"] = mb
+                r["training"]["framework"]["attention"] = "flash"
+                keep.append(r)
+        vd["runs"] = keep
+        variants.append((f"megatron-lm-2021, attention: flash, micro_batch {mb}", "megatron-lm-2021.yaml", vd))
+    vd = copy.deepcopy(docs["dlperf-v100.yaml"])
+    for r in vd["runs"]:
+        r["training"]["framework"]["grad_reduce_bytes_per_param"] = 4
+    variants.append(("dlperf-v100, grad_reduce_bytes_per_param: 4", "dlperf-v100.yaml", vd))
+    # One inter-node ring per node instead of one per GPU: the NIC shared by
+    # the DP groups that leave the node, not by every GPU (pure DP: x8).
+    vd = copy.deepcopy(docs["dlperf-v100.yaml"])
+    for r in vd["runs"]:
+        gpn = r["cluster"]["node_groups"][0]["gpus_per_node"]
+        tp, pp = r["plan"]["tp"], r["plan"]["pp"]
+        if r["plan"]["dp"] > gpn // (tp * pp) and pp == 1:
+            r["cluster"]["inter_node_gbps"] = 100 * gpn // tp
+    variants.append(("dlperf-v100, NIC shared per DP ring (inter_node_gbps x gpus_per_node/tp where DP leaves the node, pp 1)",
+                     "dlperf-v100.yaml", vd))
+    # The A100-80GB GEMM size penalty of profiles/calibration.json set to the
+    # A100-40GB's (same silicon): a copy of profiles/ with that one change.
+    import json
+    import shutil
+    prof = os.path.join(tmpdir, "profiles")
+    shutil.copytree(os.path.join(ROOT, "profiles"), prof)
+    cj = json.load(open(os.path.join(prof, "calibration.json")))
+    cj["fitted"]["A100-80GB"]["params"]["gemm_half_gflop"] = cj["fitted"]["A100-40GB"]["params"]["gemm_half_gflop"]
+    json.dump(cj, open(os.path.join(prof, "calibration.json"), "w"), indent=1)
+    half_note = "A100-80GB gemm_half_gflop = A100-40GB's ({:.3f})".format(
+        cj["fitted"]["A100-40GB"]["params"]["gemm_half_gflop"])
+    for f in ("megatron-lm-2021.yaml", "bloom-176b.yaml", "llm-foundry-mpt.yaml"):
+        variants.append((f"{f.replace('.yaml', '')}, {half_note}", f, docs[f], ["--profiles-dir", prof]))
+    vres = []
+    for v in variants:
+        name, f, doc = v[:3]
+        extra = v[3] if len(v) > 3 else []
+        path = write_tmp(doc, tmpdir, re.sub(r"[^a-z0-9]+", "-", name.lower()) + ".yaml")
+        rows = predict(B, path, show=["arachne", "calibrate", "--runs", f"'<{name}>'"], extra=extra)
+        vres.append((name, f, rows))
+        for lab, r in rows.items():
+            csv_rows.append(dict(file=f, label=lab, split=split[f].get(lab, "eval"), preset=name,
+                                 phase="variant", fitted_on="", measured_s=r["measured_s"],
+                                 predicted_s=r["before_s"], measured_gib=r["measured_gib"],
+                                 predicted_gib=r["before_gib"], fits=r["fits"]))
+
+    os.makedirs(RESULTS, exist_ok=True)
+    keys = ["file", "label", "split", "preset", "phase", "fitted_on", "group", "measured_s", "predicted_s",
+            "measured_gib", "predicted_gib", "fits", "before_s"]
+    with open(os.path.join(RESULTS, "measured_runs.csv"), "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        for r in csv_rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k, "")) for k in keys})
+
+    # --- markdown ------------------------------------------------------------
+    head = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %s"], capture_output=True,
+                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--short", "planner_service", "profiles"],
+                           capture_output=True, text=True).stdout.strip()
+    import datetime
+    mtime = datetime.datetime.utcfromtimestamp(os.path.getmtime(B)).strftime("%Y-%m-%d %H:%M UTC")
+    md.append("# Published measured runs: predicted vs measured\n")
+    md.append(f"Cost model as built at {mtime} from `{head[:60]}`" +
+              (" plus uncommitted changes in planner_service/ or profiles/ (other work in progress)"
+               if dirty else "") + "; rerun the script after cost-model changes.\n")
+    md.append("Generated by `bench/published-runs/compare_runs.py` (data set and sources: "
+              "[bench/published-runs/README.md](../published-runs/README.md); plot: "
+              "`bench/measured_runs_plot.py` -> [measured_runs.png](measured_runs.png)). "
+              "err = predicted / measured - 1. `MAE` mean |err|, `rms log` root mean square of "
+              "log(predicted/measured), `<=10%` runs within 10%.\n")
+    md.append("## 1. Every file under every preset (uncalibrated), iteration time\n")
+    md.append("| file | runs | own preset MAE | own rms log | own <=10% | " +
+              " | ".join(f"{p} MAE" for p in PRESETS) + " |")
+    md.append("|---|---:|---:|---:|---:|" + "---:|" * len(PRESETS))
+    for f in FILES:
+        o = own[f]
+        mae, rms, w10 = stats([err(r["before_s"], r["measured_s"]) for r in o.values()])
+        cells = [stats([err(r["before_s"], r["measured_s"]) for r in allp[(f, p)].values()])[0] for p in PRESETS]
+        md.append(f"| {f} | {len(o)} | {mae} | {rms} | {w10} | " + " | ".join(cells) + " |")
+    md.append("\nPeak memory per GPU (runs with a measured peak):\n")
+    md.append("| file | runs | own preset MAE | own <=10% | " + " | ".join(f"{p} MAE" for p in PRESETS) + " |")
+    md.append("|---|---:|---:|---:|" + "---:|" * len(PRESETS))
+    for f in FILES:
+        o = {l: r for l, r in own[f].items() if r["measured_gib"]}
+        if not o:
+            continue
+        mae, _, w10 = stats([err(r["before_gib"], r["measured_gib"]) for r in o.values()])
+        cells = [stats([err(r["before_gib"], r["measured_gib"]) for l, r in allp[(f, p)].items()
+                        if r["measured_gib"]])[0] for p in PRESETS]
+        md.append(f"| {f} | {len(o)} | {mae} | {w10} | " + " | ".join(cells) + " |")
+
+    md.append("\n## 2. Calibration round trip: fit on a cluster's dev runs, predict the rest\n")
+    md.append("| cluster | fit | fitted on | held out | held-out MAE before | held-out MAE after | "
+              "after <=10% | fitted parameters |")
+    md.append("|---|---|---:|---:|---:|---:|---:|---|")
+    for name, mode, dev, tail, f in fits:
+        phase = "after-fit" if mode == "auto" else "after-fit-scale-only"
+        ho = [r for r in csv_rows if r["phase"] == phase and r.get("group") == name
+              and r["fitted_on"] == "held-out"]
+        before = [err(r["before_s"], r["measured_s"]) for r in ho]
+        after = [err(r["predicted_s"], r["measured_s"]) for r in ho]
+        params = "; ".join(t.strip() for t in tail if " = " in t or t.startswith("refused"))
+        md.append(f"| {name} | {mode} | {len(dev)} | {len(ho)} | {stats(before)[0]} | {stats(after)[0]} | "
+                  f"{stats(after)[2]} | {params} |")
+    md.append("\nThe fit's own summary per cluster:\n")
+    for name, mode, dev, tail, f in fits:
+        md.append(f"* **{name}**, fit {mode} (fitted on: {', '.join(dev)}):")
+        for t in tail:
+            md.append(f"  * {t.strip()}")
+
+    md.append("\n## 3. Sensitivity of the assumptions (uncalibrated, own preset + the change)\n")
+    md.append("| variant | runs | MAE | rms log | <=10% |")
+    md.append("|---|---:|---:|---:|---:|")
+    for name, f, rows in vres:
+        mae, rms, w10 = stats([err(r["before_s"], r["measured_s"]) for r in rows.values()])
+        md.append(f"| {name} | {len(rows)} | {mae} | {rms} | {w10} |")
+
+    fpath = os.path.join(HERE, "findings.md")
+    if os.path.exists(fpath):
+        md.append("\n" + open(fpath).read().strip() + "\n")
+    md.append("\n## 4. Per run\n")
+    for f in FILES:
+        md.append(f"\n### {f}\n")
+        md.append("| run | split | measured s | own preset s | err | " + " | ".join(PRESETS) +
+                  " | held out after fit | meas GiB | pred GiB | err GiB |")
+        md.append("|---|---|---:|---:|---:|" + "---:|" * len(PRESETS) + "---:|---:|---:|---:|")
+        after = {r["label"]: r for r in csv_rows if r["phase"] == "after-fit" and r["file"] == f
+                 and r["fitted_on"] == "held-out" and r.get("preset") == "own"}
+        for lab, r in own[f].items():
+            cells = [fmt_err(err(allp[(f, p)][lab]["before_s"], r["measured_s"])) for p in PRESETS]
+            af = after.get(lab)
+            afs = fmt_err(err(af["predicted_s"], af["measured_s"])) if af else "(fitted)"
+            mg = "-" if r["measured_gib"] is None else f"{r['measured_gib']:.1f}"
+            pg = "-" if r["before_gib"] is None else f"{r['before_gib']:.1f}" + ("" if r["fits"] else " (OOM)")
+            md.append(f"| {lab} | {split[f][lab]} | {r['measured_s']:.3f} | {r['before_s']:.3f} | "
+                      f"{fmt_err(err(r['before_s'], r['measured_s']))} | " + " | ".join(cells) +
+                      f" | {afs} | {mg} | {pg} | {fmt_err(err(r['before_gib'], r['measured_gib']))} |")
+
+    md.append("\n## Commands\n")
+    md.append("Binary: `build/planner_service/cli/arachne` (built with `/tmp/bld arachne`). "
+              "`--fit compute_scale` in the uncalibrated passes only keeps the fit from refusing; "
+              "the tables use its `before` columns (no corrections). `<...>` are the temporary "
+              "files the script writes (the runs file with one field changed).\n")
+    md.append("```sh\n/usr/bin/python3 bench/published-runs/derive_published_runs.py\n"
+              "/usr/bin/python3 bench/published-runs/compare_runs.py\n"
+              "/usr/bin/python3 bench/measured_runs_plot.py\n```\n")
+    md.append("Every `arachne calibrate` the script ran:\n")
+    md.append("```")
+    md.extend(COMMANDS)
+    md.append("```")
+    with open(os.path.join(RESULTS, "measured_runs.md"), "w") as fh:
+        fh.write("\n".join(md) + "\n")
+    print("wrote", rel(os.path.join(RESULTS, "measured_runs.csv")), "and",
+          rel(os.path.join(RESULTS, "measured_runs.md")))
+
+
+if __name__ == "__main__":
+    main()
