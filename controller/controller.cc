@@ -71,6 +71,53 @@ std::string ToJson(const google::protobuf::Message& m) {
   return out;
 }
 
+// "a: 2 x A6000, b: 1 x A6000".
+std::string ClusterLine(const Cluster& cluster, const GpuCatalog& catalog) {
+  std::vector<std::string> parts;
+  for (const Node& n : cluster.nodes()) {
+    parts.push_back(absl::StrCat(n.name, ": ", n.num_gpus, " x ",
+                                 catalog.type(n.gpu_type).id));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+double JsonNumber(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+// Per node of the plan: the GPUs it uses there and the highest predicted
+// stage memory per GPU among them (the plan file's templates[].stages[]
+// .memory_gib).
+std::vector<NodeMemoryRecord> PlannedMemory(const Plan& plan,
+                                            const Cluster& cluster,
+                                            const nlohmann::json& plan_json,
+                                            const GpuCatalog& catalog) {
+  std::map<int, NodeMemoryRecord> by_node;
+  const nlohmann::json templates =
+      plan_json.value("templates", nlohmann::json::array());
+  for (size_t t = 0; t < plan.templates.size(); ++t) {
+    const Template& tmpl = plan.templates[t];
+    for (size_t i = 0; i < tmpl.placement.size(); ++i) {
+      const StagePlacement& p = tmpl.placement[i];
+      const int stage = static_cast<int>(i) % tmpl.depth();
+      NodeMemoryRecord& m = by_node[p.node];
+      m.node = cluster.node(p.node).name;
+      m.gpu_type = catalog.type(cluster.node(p.node).gpu_type).id;
+      m.gpus += static_cast<int>(p.gpus.size());
+      double gib = 0;
+      if (t < templates.size() && templates[t].contains("stages") &&
+          stage < static_cast<int>(templates[t]["stages"].size())) {
+        gib = JsonNumber(templates[t]["stages"][stage], "memory_gib");
+      }
+      m.predicted_gib = std::max(m.predicted_gib, gib);
+    }
+  }
+  std::vector<NodeMemoryRecord> out;
+  for (auto& [index, m] : by_node) out.push_back(std::move(m));
+  return out;
+}
+
 }  // namespace
 
 // ---- EventLog ----
@@ -113,6 +160,9 @@ v1::Decision DecisionToProto(const DecisionRecord& r) {
   m.set_generation(r.generation);
   m.set_planning_s(r.decision.planning_s);
   m.set_decision_s(r.decision.decision_s);
+  m.set_old_throughput_raw(r.decision.old_throughput_raw);
+  m.set_new_throughput_raw(r.decision.new_throughput_raw);
+  m.set_corrections(r.decision.corrections);
   return m;
 }
 
@@ -152,6 +202,11 @@ absl::StatusOr<std::unique_ptr<JobController>> JobController::Create(
       new JobController(std::move(config), std::move(catalog),
                         std::move(planner), clock, *std::move(store)));
   c->controller_id_ = *id;
+  // A generation is fitted on after 3 measured iterations (fewer when the
+  // window is shorter): one iteration's median is one noisy sample.
+  c->calibration_ = std::make_unique<OnlineCalibration>(
+      c->catalog_, c->config_.job.job.model, c->config_.job.job.training,
+      c->config_.profiles_dir, std::min(3, c->config_.job.measure_window));
   absl::StatusOr<std::unique_ptr<agent::JobStoreServer>> job_store =
       agent::JobStoreServer::Start(c->config_.store_host, 0);
   if (!job_store.ok()) return job_store.status();
@@ -250,6 +305,7 @@ absl::Status JobController::Recover() {
     absl::MutexLock lock(&mu_);
     last_attempted_ = attempted;
   }
+  if (absl::Status s = RestoreMeasurements(); !s.ok()) return s;
   if (stored->current.generation > 0) {
     auto parse = [&](const std::string& cluster_json, const std::string& plan_json,
                      Cluster* cluster, Plan* plan,
@@ -274,12 +330,17 @@ absl::Status JobController::Recover() {
         !s.ok()) {
       return s;
     }
-    absl::MutexLock lock(&mu_);
-    generation_ = stored->current.generation;
-    cluster_ = cluster;
-    plan_ = plan;
-    plan_json_ = json;
-    phase_ = "running";
+    {
+      absl::MutexLock lock(&mu_);
+      generation_ = stored->current.generation;
+      cluster_ = cluster;
+      plan_ = plan;
+      plan_json_ = json;
+      phase_ = "running";
+    }
+    // A generation current before this release recorded none: it is
+    // measured from the first iteration its ranks report.
+    StartMeasuring(stored->current.generation, cluster, plan, json, -1);
   }
   if (!stored->in_progress) return absl::OkStatus();
 
@@ -331,6 +392,9 @@ absl::Status JobController::Recover() {
       plan_json_ = json;
       phase_ = "running";
     }
+    // Where the old plan paused is not stored: the first iteration the new
+    // plan's ranks report starts its measurement.
+    StartMeasuring(p.generation, *target_cluster, *plan, json, -1);
     Emit("phase",
          absl::StrCat("restart: finished the switch to generation ",
                       p.generation, " found at ", p.phase, " (committed on ",
@@ -542,6 +606,42 @@ absl::StatusOr<v1::GetStatusResponse> JobController::GetStatus() {
                                                         out.mutable_plan(), o);
     }
   }
+  {
+    absl::MutexLock lock(&mu_);
+    auto current = records_.find(generation_);
+    if (current != records_.end()) {
+      *out.mutable_measurement() = MeasurementToProto(current->second);
+    }
+    int shown = 0;
+    for (auto it = records_.rbegin(); it != records_.rend() && shown < 20;
+         ++it, ++shown) {
+      *out.add_generations() = MeasurementToProto(it->second);
+    }
+    v1::RunCorrectionsInForce* c = out.mutable_corrections();
+    if (have_corrections_) {
+      for (const auto& [gpu, scale] : corrections_.compute_scale) {
+        (*c->mutable_compute_scale())[gpu] = scale;
+      }
+      if (corrections_.micro_batch_fixed_s) {
+        c->set_micro_batch_fixed_s(*corrections_.micro_batch_fixed_s);
+      }
+      if (corrections_.iteration_fixed_s) {
+        c->set_iteration_fixed_s(*corrections_.iteration_fixed_s);
+      }
+      if (corrections_.context_reserve_gib) {
+        c->set_context_reserve_gib(*corrections_.context_reserve_gib);
+      }
+      if (corrections_.fragmentation) {
+        c->set_fragmentation(*corrections_.fragmentation);
+      }
+      c->set_generations(static_cast<int>(corrections_on_.size()));
+      c->set_summary(DescribeCorrections(corrections_));
+      if (corrections_fitted_ != absl::InfinitePast()) {
+        c->set_fitted_unix_s(UnixSeconds(corrections_fitted_));
+      }
+    }
+    c->set_note(corrections_note_);
+  }
   absl::StatusOr<std::vector<DecisionRecord>> decisions =
       store_->RecentDecisions(20);
   if (!decisions.ok()) return decisions.status();
@@ -688,6 +788,9 @@ void JobController::StartFirstPlan(const std::string& trigger) {
 
 void JobController::Replan(const std::string& trigger) {
   const absl::Time replan_start = absl::Now();
+  // The decision reads the latest measurements: what arrived since the
+  // last fit is fitted first.
+  MaybeFit(true);
   double planning_s = 0;
   Cluster current_cluster;
   Plan current_plan;
@@ -819,7 +922,34 @@ void JobController::Replan(const std::string& trigger) {
           "); no fallback_checkpoint_dir is configured to restore it from");
     }
   }
+  // The throughputs again with the corrections in force: the verdict is
+  // decided on those (decision.h), the raw ones are recorded beside them.
+  std::string corrected_note;
+  if (answer.ok()) {
+    absl::StatusOr<std::optional<double>> new_c =
+        CorrectedThroughput(new_spec, answer->new_plan.plan);
+    absl::StatusOr<std::optional<double>> old_c =
+        answer->current.feasible
+            ? CorrectedThroughput(new_spec, answer->current.plan)
+            : absl::StatusOr<std::optional<double>>(std::optional<double>(0.0));
+    if (!new_c.ok() || !old_c.ok()) {
+      corrected_note = absl::StrCat(
+          "; the corrected predictions could not be priced (",
+          (!new_c.ok() ? new_c.status() : old_c.status()).message(),
+          "): decided on the raw ones");
+    } else if (new_c->has_value() && old_c->has_value()) {
+      absl::MutexLock lock(&mu_);
+      in.corrected = true;
+      in.new_throughput_corrected = **new_c;
+      in.old_throughput_corrected = **old_c;
+      in.corrections = absl::StrCat(
+          DescribeCorrections(corrections_), ", fitted on ",
+          corrections_on_.size(),
+          corrections_on_.size() == 1 ? " generation" : " generations");
+    }
+  }
   Decision d = Decide(in);
+  d.reason += corrected_note;
   d.reason += lost_note;
   d.planning_s = planning_s;
   d.decision_s = absl::ToDoubleSeconds(absl::Now() - replan_start);
@@ -1026,14 +1156,24 @@ SwitchOutcome JobController::RunSwitch(SwitchTarget target,
         !s.ok()) {
       LOG(ERROR) << "persisting the commit of generation " << n << ": " << s;
     }
-    absl::MutexLock lock(&mu_);
-    generation_ = n;
-    cluster_ = target.cluster;
-    plan_ = target.plan;
-    plan_json_ = plan_json;
-    phase_ = "running";
-    last_switch_ = timings;
-    if (!out.status.ok()) error_ = std::string(out.status.message());
+    {
+      absl::MutexLock lock(&mu_);
+      generation_ = n;
+      cluster_ = target.cluster;
+      plan_ = target.plan;
+      plan_json_ = plan_json;
+      phase_ = "running";
+      last_switch_ = timings;
+      if (!out.status.ok()) error_ = std::string(out.status.message());
+    }
+    // The new plan's iterations count from where the old one paused; a
+    // first plan from 0, or, restored from a checkpoint, from the first
+    // iteration its ranks report.
+    const int64_t first_iteration =
+        target.old_plan.has_value() ? out.timings.paused_at_iteration
+        : target.checkpoint_dir.empty() ? 0
+                                        : -1;
+    StartMeasuring(n, target.cluster, target.plan, plan_json, first_iteration);
   } else {
     (void)store_->ClearSwitch();
     absl::MutexLock lock(&mu_);
@@ -1086,11 +1226,17 @@ void JobController::PollAgents() {
   int64_t iteration = -1;
   double loss = 0, tokens = 0;
   std::string rank_error;
+  std::vector<NodeReport> reports;
   for (const std::string& node : nodes) {
     agent::AgentClient* c = AgentFor(node);
     if (c == nullptr) continue;
     absl::StatusOr<agent::NodeStatus> st = c->Status(generation);
     if (!st.ok()) continue;  // its lease tells whether it is gone
+    // An agent still on another generation (it has not committed this one
+    // yet) reports the other plan's iterations.
+    const bool current = st->current_generation == generation;
+    NodeReport report;
+    report.node = node;
     for (const agent::RankStatus& r : st->ranks) {
       if (!r.error.empty() && rank_error.empty()) {
         rank_error = absl::StrCat("node ", node, " GPU ", r.gpu.index, ": ", r.error);
@@ -1101,9 +1247,17 @@ void JobController::PollAgents() {
         loss = r.loss;
       }
       tokens = std::max(tokens, r.tokens_per_second);
+      if (current) {
+        ++report.gpus_in_plan;
+        report.peak_rss_bytes = std::max(report.peak_rss_bytes, r.peak_rss_bytes);
+        report.iterations.emplace_back(r.iteration, r.iteration_seconds);
+      }
     }
+    if (report.gpus_in_plan > 0) reports.push_back(std::move(report));
   }
   if (!rank_error.empty()) Fail(rank_error);
+  Measure(generation, reports);
+  MaybeFit(false);
   if (iteration < 0) return;
   bool advanced;
   {
@@ -1126,6 +1280,321 @@ void JobController::PollAgents() {
     e.set_message(absl::StrFormat("iteration %d loss %.6f", iteration, loss));
     events_.Add(std::move(e));
   }
+}
+
+// ---- measured iteration times and corrected predictions ----
+
+absl::Status JobController::RestoreMeasurements() {
+  absl::StatusOr<std::vector<GenerationRecord>> records = store_->Generations();
+  if (!records.ok()) return records.status();
+  absl::StatusOr<CorrectionsRecord> stored = store_->Corrections();
+  if (!stored.ok()) return stored.status();
+  std::optional<RunCorrections> corrections;
+  std::vector<int64_t> fitted_on;
+  std::string note = stored->note;
+  if (!stored->corrections_json.empty()) {
+    absl::StatusOr<RunCorrections> c =
+        calibration_->FromJson(stored->corrections_json, &fitted_on);
+    if (c.ok()) {
+      corrections = *c;
+    } else {
+      // The fit is redone from the records anyway: nothing is lost but
+      // the corrections until then.
+      note = absl::StrCat("the stored corrections do not read back (",
+                          c.status().message(), "); none in force until the next fit");
+      LOG(WARNING) << note;
+    }
+  }
+  std::map<int64_t, std::string> lines;
+  std::map<int64_t, RunPrediction> corrected;
+  for (const GenerationRecord& r : *records) {
+    absl::StatusOr<Cluster> cluster = ParseCluster(
+        r.cluster_json, absl::StrCat("generation ", r.generation), catalog_);
+    if (cluster.ok()) lines[r.generation] = ClusterLine(*cluster, catalog_);
+    if (corrections) {
+      absl::StatusOr<RunPrediction> p = calibration_->Predict(r, *corrections);
+      if (p.ok()) corrected[r.generation] = *p;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (const GenerationRecord& r : *records) {
+    records_[r.generation] = r;
+    measured_total_ += r.iterations_measured;
+  }
+  // What was fitted before the restart stays fitted: no refit until a new
+  // iteration is measured.
+  fitted_total_ = measured_total_;
+  cluster_lines_ = std::move(lines);
+  corrected_ = std::move(corrected);
+  have_corrections_ = corrections.has_value();
+  if (corrections) corrections_ = *corrections;
+  corrections_note_ = note;
+  corrections_fitted_ = stored->fitted;
+  corrections_on_ = fitted_on;
+  return absl::OkStatus();
+}
+
+void JobController::StartMeasuring(int64_t generation, const Cluster& cluster,
+                                   const Plan& plan,
+                                   const nlohmann::json& plan_json,
+                                   int64_t first_iteration) {
+  const int warmup = config_.job.measure_warmup;
+  const int window = config_.job.measure_window;
+  std::optional<RunPrediction> corrected;
+  RunCorrections corrections;
+  bool have;
+  {
+    absl::MutexLock lock(&mu_);
+    have = have_corrections_;
+    corrections = corrections_;
+  }
+  if (have) {
+    absl::StatusOr<RunPrediction> p =
+        calibration_->Predict(cluster, plan, corrections);
+    if (p.ok()) {
+      corrected = *p;
+    } else {
+      LOG(WARNING) << "generation " << generation
+                   << ": the corrected prediction: " << p.status();
+    }
+  }
+  GenerationRecord record;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = records_.find(generation);
+    if (it != records_.end()) {
+      // Recorded before a restart: the meter resumes where it stood.
+      record = it->second;
+      meter_.emplace(record.first_iteration, record.warmup, record.window);
+      meter_->Restore(record.samples, record.iterations_measured);
+    } else {
+      record.generation = generation;
+      record.cluster_json = ClusterToJson(cluster, catalog_).dump();
+      record.plan_json = plan_json.dump();
+      record.predicted_iteration_s = JsonNumber(plan_json, "iteration_time_s");
+      record.predicted_peak_gib = JsonNumber(plan_json, "max_memory_gib");
+      record.first_iteration = first_iteration;
+      record.warmup = warmup;
+      record.window = window;
+      record.memory = PlannedMemory(plan, cluster, plan_json, catalog_);
+      records_[generation] = record;
+      meter_.emplace(first_iteration, warmup, window);
+    }
+    meter_generation_ = generation;
+    cluster_lines_[generation] = ClusterLine(cluster, catalog_);
+    if (corrected) corrected_[generation] = *corrected;
+    last_record_save_ = absl::Now();
+  }
+  if (absl::Status s = store_->SaveGeneration(record); !s.ok()) {
+    LOG(ERROR) << "recording generation " << generation << ": " << s;
+  }
+}
+
+void JobController::Measure(int64_t generation,
+                            const std::vector<NodeReport>& reports) {
+  std::optional<GenerationRecord> to_save;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!meter_.has_value() || meter_generation_ != generation) return;
+    auto it = records_.find(generation);
+    if (it == records_.end()) return;
+    GenerationRecord& r = it->second;
+    if (r.first_iteration < 0) {
+      // Started after an unknown iteration: the lowest one its ranks
+      // report now is the start (iterations before it are the old plan's
+      // or the checkpoint's, or were run before the controller restarted).
+      int64_t lowest = -1;
+      for (const NodeReport& n : reports) {
+        for (const auto& [iteration, seconds] : n.iterations) {
+          if (lowest < 0 || iteration < lowest) lowest = iteration;
+        }
+      }
+      if (lowest < 0) return;
+      r.first_iteration = lowest;
+      meter_.emplace(lowest, r.warmup, r.window);
+    }
+    bool changed = false;
+    const int before = meter_->measured();
+    for (const NodeReport& n : reports) {
+      for (const auto& [iteration, seconds] : n.iterations) {
+        changed |= meter_->Add(iteration, seconds);
+      }
+      for (NodeMemoryRecord& m : r.memory) {
+        if (m.node != n.node) continue;
+        if (n.peak_rss_bytes > m.peak_rss_bytes) {
+          m.peak_rss_bytes = n.peak_rss_bytes;
+          changed = true;
+        }
+      }
+    }
+    if (!changed) return;
+    const int now_measured = meter_->measured();
+    measured_total_ += now_measured - before;
+    r.samples = meter_->samples();
+    r.iterations_measured = now_measured;
+    r.measured_iteration_s = meter_->MedianSeconds();
+    // Fitted at once when the generation first counts for the fit and when
+    // its window fills; in between at the refit interval.
+    const int min_fit = calibration_->min_iterations();
+    if ((before < min_fit && now_measured >= min_fit) ||
+        (before < r.window && now_measured >= r.window)) {
+      fit_due_ = true;
+    }
+    // Stored at most once a second (each write is an fsync), and at once
+    // when the fit is due: a restart then resumes from what was fitted.
+    const absl::Time t = absl::Now();
+    if (fit_due_ || t - last_record_save_ >= absl::Seconds(1)) {
+      last_record_save_ = t;
+      to_save = r;
+    }
+  }
+  if (to_save) {
+    if (absl::Status s = store_->SaveGeneration(*to_save); !s.ok()) {
+      LOG(ERROR) << "recording generation " << to_save->generation << ": " << s;
+    }
+  }
+}
+
+void JobController::MaybeFit(bool force) {
+  std::vector<GenerationRecord> records;
+  {
+    absl::MutexLock lock(&mu_);
+    if (measured_total_ == fitted_total_) return;
+    if (!force && !fit_due_ && absl::Now() - last_fit_ < config_.refit_interval) {
+      return;
+    }
+    // Nothing to fit on yet (every generation still in its first
+    // iterations): not even a refusal to record.
+    bool any = false;
+    for (const auto& [g, r] : records_) {
+      any |= r.iterations_measured >= calibration_->min_iterations();
+    }
+    if (!any) return;
+    fit_due_ = false;
+    fitted_total_ = measured_total_;
+    last_fit_ = absl::Now();
+    for (const auto& [g, r] : records_) records.push_back(r);
+  }
+  // The records as they are now are what is fitted: stored first, so that
+  // a restart finds what the corrections came from.
+  for (const GenerationRecord& r : records) {
+    if (absl::Status s = store_->SaveGeneration(r); !s.ok()) {
+      LOG(ERROR) << "recording generation " << r.generation << ": " << s;
+    }
+  }
+  const absl::Time started = absl::Now();
+  CorrectionsFit fit = calibration_->Fit(records);
+  const double fit_s = absl::ToDoubleSeconds(absl::Now() - started);
+  CorrectionsRecord stored;
+  std::map<int64_t, RunPrediction> corrected;
+  if (fit.status.ok()) {
+    for (size_t i = 0; i < fit.generations.size() && i < fit.after.size(); ++i) {
+      corrected[fit.generations[i]] = fit.after[i];
+    }
+    // The generations not fitted on (too few iterations yet), the current
+    // one among them, are priced with the new corrections too.
+    for (const GenerationRecord& r : records) {
+      if (corrected.count(r.generation) > 0) continue;
+      absl::StatusOr<RunPrediction> p = calibration_->Predict(r, fit.corrections);
+      if (p.ok()) corrected[r.generation] = *p;
+    }
+    stored.corrections_json =
+        calibration_->ToJson(fit.corrections, fit.generations);
+    stored.generations = static_cast<int>(fit.generations.size());
+    stored.note = fit.note;
+    stored.fitted = clock_->Now();
+  }
+  std::string message;
+  {
+    absl::MutexLock lock(&mu_);
+    if (fit.status.ok()) {
+      have_corrections_ = true;
+      corrections_ = fit.corrections;
+      corrections_on_ = fit.generations;
+      corrections_note_ = fit.note;
+      corrections_fitted_ = stored.fitted;
+      corrected_ = std::move(corrected);
+      message = absl::StrFormat("corrections %s: %s (%.3f s)",
+                                DescribeCorrections(corrections_), fit.note,
+                                fit_s);
+    } else {
+      // A refused fit changes nothing that is in force: the last good
+      // corrections (or none) stay, and the note says why.
+      corrections_note_ =
+          have_corrections_
+              ? absl::StrCat(fit.note, "; keeping the corrections fitted on ",
+                             corrections_on_.size(),
+                             corrections_on_.size() == 1 ? " generation"
+                                                         : " generations")
+              : absl::StrCat(fit.note, "; no corrections in force");
+      message = absl::StrCat("corrections: ", corrections_note_);
+    }
+    if (!fit.status.ok()) {
+      stored.corrections_json =
+          have_corrections_ ? calibration_->ToJson(corrections_, corrections_on_)
+                            : "";
+      stored.generations = static_cast<int>(corrections_on_.size());
+      stored.fitted = corrections_fitted_;
+    }
+    stored.note = corrections_note_;
+  }
+  if (absl::Status s = store_->SaveCorrections(stored); !s.ok()) {
+    LOG(ERROR) << "recording the corrections: " << s;
+  }
+  Emit("calibration", message, generation());
+}
+
+absl::StatusOr<std::optional<double>> JobController::CorrectedThroughput(
+    const ClusterSpec& spec, const nlohmann::json& plan_json) {
+  RunCorrections corrections;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!have_corrections_) return std::optional<double>();
+    corrections = corrections_;
+  }
+  absl::StatusOr<Cluster> cluster = ClusterFromMessage(spec, catalog_, "", "cluster");
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<Plan> plan = PlanFromJson(plan_json, *cluster, catalog_, "plan");
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<RunPrediction> p =
+      calibration_->Predict(*cluster, *plan, corrections);
+  if (!p.ok()) return p.status();
+  if (!(p->iteration_s > 0)) {
+    return absl::InternalError(absl::StrCat(
+        "the corrected iteration time is ", p->iteration_s, " s"));
+  }
+  return std::optional<double>(1.0 / p->iteration_s);
+}
+
+v1::GenerationMeasurement JobController::MeasurementToProto(
+    const GenerationRecord& r) const {
+  v1::GenerationMeasurement m;
+  m.set_generation(r.generation);
+  auto line = cluster_lines_.find(r.generation);
+  if (line != cluster_lines_.end()) m.set_cluster(line->second);
+  m.set_first_iteration(std::max<int64_t>(0, r.first_iteration));
+  m.set_warmup_iterations(r.warmup);
+  m.set_iterations_measured(r.iterations_measured);
+  m.set_measured_iteration_s(r.measured_iteration_s);
+  m.set_predicted_iteration_s(r.predicted_iteration_s);
+  m.set_measured_peak_gib(r.MeasuredPeakGib());
+  m.set_predicted_peak_gib(r.predicted_peak_gib);
+  if (have_corrections_) {
+    auto c = corrected_.find(r.generation);
+    if (c != corrected_.end()) {
+      m.set_corrected_iteration_s(c->second.iteration_s);
+      m.set_corrected_peak_gib(c->second.peak_gib);
+    }
+  }
+  for (const NodeMemoryRecord& n : r.memory) {
+    v1::NodeMemory* pm = m.add_memory();
+    pm->set_node(n.node);
+    pm->set_gpu_type(n.gpu_type);
+    pm->set_gpus(n.gpus);
+    pm->set_peak_rss_bytes(n.peak_rss_bytes);
+    pm->set_predicted_gib(n.predicted_gib);
+  }
+  return m;
 }
 
 }  // namespace arachne::controller

@@ -35,9 +35,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "arachne/v1/controller.pb.h"
+#include "controller/calibration.h"
 #include "controller/clock.h"
 #include "controller/controller_config.h"
 #include "controller/decision.h"
+#include "controller/measurement.h"
 #include "controller/membership.h"
 #include "controller/planning.h"
 #include "controller/reconfigurer.h"
@@ -66,6 +68,13 @@ struct JobControllerConfig {
   // Register asks the agent at the registered address for its GPUs with
   // this deadline.
   absl::Duration register_check_timeout = absl::Seconds(3);
+  // The profiles the corrected predictions are priced on ("" = built in):
+  // the embedded planner's.
+  std::string profiles_dir;
+  // Between two fits while measurements arrive (a generation reaching its
+  // first fit-worthy count or a full window is fitted at once, and so is
+  // anything new before a replan decides).
+  absl::Duration refit_interval = absl::Seconds(10);
 };
 
 // The recent events kept for WatchEvents, with a sequence number each.
@@ -138,6 +147,39 @@ class JobController {
   SwitchOutcome RunSwitch(SwitchTarget target, const nlohmann::json& plan_json,
                           const std::string& cluster_json);
   void RecordDecision(const Decision& d, int64_t generation);
+
+  // ---- measured iteration times and corrected predictions ----
+  // Reads the recorded generations and the corrections in force back from
+  // the store; the current generation's meter resumes from its record.
+  absl::Status RestoreMeasurements();
+  // Generation `generation` became current on `cluster` with `plan`: its
+  // record (plan, raw prediction) starts and is stored. `first_iteration`:
+  // the iteration it started after; -1 = the first one its ranks report
+  // (a restart, a checkpoint).
+  void StartMeasuring(int64_t generation, const Cluster& cluster,
+                      const Plan& plan, const nlohmann::json& plan_json,
+                      int64_t first_iteration);
+  // One poll's reports of the current generation's ranks: (iteration,
+  // seconds) of each rank of the plan, and per node the agent's peak RSS
+  // and the plan's GPUs there.
+  struct NodeReport {
+    std::string node;
+    int gpus_in_plan = 0;
+    int64_t peak_rss_bytes = 0;
+    std::vector<std::pair<int64_t, double>> iterations;
+  };
+  void Measure(int64_t generation, const std::vector<NodeReport>& reports);
+  // Fits the corrections on every measured generation when something new
+  // was measured since the last fit and `force` or the refit interval
+  // passed; a refused fit keeps the corrections in force.
+  void MaybeFit(bool force);
+  // The throughput of `plan_json` on the cluster of `spec` with the
+  // corrections in force; nullopt when none are in force, an error when
+  // the plan cannot be priced.
+  absl::StatusOr<std::optional<double>> CorrectedThroughput(
+      const ClusterSpec& spec, const nlohmann::json& plan_json);
+  v1::GenerationMeasurement MeasurementToProto(const GenerationRecord& r) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(const std::string& kind, const std::string& message,
             int64_t generation = 0);
   void Fail(const std::string& message);
@@ -180,6 +222,27 @@ class JobController {
   std::optional<absl::Time> retry_at_ ABSL_GUARDED_BY(mu_);
   SwitchCostModel cost_model_ ABSL_GUARDED_BY(mu_);
   absl::Time last_poll_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+
+  // The calibration loop (calibration.h): every generation's record, the
+  // current one's meter, the corrections in force and the corrected
+  // prediction of each generation with them.
+  std::unique_ptr<OnlineCalibration> calibration_;  // set by Create
+  std::map<int64_t, GenerationRecord> records_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::string> cluster_lines_ ABSL_GUARDED_BY(mu_);
+  std::optional<IterationMeter> meter_ ABSL_GUARDED_BY(mu_);  // of generation_
+  int64_t meter_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool have_corrections_ ABSL_GUARDED_BY(mu_) = false;
+  RunCorrections corrections_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> corrections_on_ ABSL_GUARDED_BY(mu_);
+  std::string corrections_note_ ABSL_GUARDED_BY(mu_);
+  absl::Time corrections_fitted_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::map<int64_t, RunPrediction> corrected_ ABSL_GUARDED_BY(mu_);
+  // Iterations measured over all generations at the last fit, and when.
+  int64_t measured_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t fitted_total_ ABSL_GUARDED_BY(mu_) = 0;
+  bool fit_due_ ABSL_GUARDED_BY(mu_) = false;  // a milestone was reached
+  absl::Time last_fit_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_record_save_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   std::atomic<bool> stop_{false};
   std::thread loop_;

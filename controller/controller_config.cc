@@ -122,6 +122,22 @@ absl::StatusOr<JobSettings> ResolveJob(const v1::JobSpec& spec,
   }
   j.checkpoint_dir = spec.checkpoint_dir();
   j.fallback_checkpoint_dir = spec.fallback_checkpoint_dir();
+  if (spec.has_measure_warmup_iterations()) {
+    if (spec.measure_warmup_iterations() < 0) {
+      return FieldError(source, "measure_warmup_iterations",
+                        absl::StrCat("must be >= 0, got ",
+                                     spec.measure_warmup_iterations()));
+    }
+    j.measure_warmup = spec.measure_warmup_iterations();
+  }
+  if (spec.has_measure_window()) {
+    if (spec.measure_window() < 1) {
+      return FieldError(source, "measure_window",
+                        absl::StrCat("must be >= 1, got ",
+                                     spec.measure_window()));
+    }
+    j.measure_window = spec.measure_window();
+  }
 
   // The timeout hierarchy: each level must fit inside the next, or an outer
   // timeout fires before the inner one it is meant to back up.

@@ -51,6 +51,10 @@ struct JobSettings {
   // Restore from here when an ungraceful leave took bytes no surviving GPU
   // holds; "" = stop training with an error then.
   std::string fallback_checkpoint_dir;
+  // A generation's measured iteration time: the median of its last
+  // `measure_window` iterations after the first `measure_warmup` ones.
+  int measure_warmup = 3;
+  int measure_window = 20;
   // Planner: an empty address is the embedded planner.
   std::string planner_address;
   std::string planner_tls_ca, planner_tls_cert, planner_tls_key;

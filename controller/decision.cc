@@ -19,18 +19,33 @@ const char* VerdictName(Verdict v) {
   return "?";
 }
 
+namespace {
+
+// What the throughputs of a reason are: corrected ones name the raw ones
+// beside them, so a verdict the corrections turned is visible in its reason.
+std::string Basis(const Decision& d) {
+  if (d.corrections.empty()) return "";
+  return absl::StrFormat(" corrected; raw %.3f -> %.3f it/s",
+                         d.old_throughput_raw, d.new_throughput_raw);
+}
+
+}  // namespace
+
 Decision Decide(const DecisionInput& in) {
   Decision d;
   d.trigger = in.trigger;
-  d.old_throughput = in.old_throughput;
-  d.new_throughput = in.new_throughput;
+  d.old_throughput_raw = in.old_throughput;
+  d.new_throughput_raw = in.new_throughput;
+  d.old_throughput = in.corrected ? in.old_throughput_corrected : in.old_throughput;
+  d.new_throughput = in.corrected ? in.new_throughput_corrected : in.new_throughput;
+  if (in.corrected) d.corrections = in.corrections;
   d.migration_estimate_s = in.migration_estimate_s;
   d.fixed_cost_s = in.fixed_cost_s;
   d.downtime_estimate_s = in.migration_estimate_s + in.fixed_cost_s;
   d.horizon_s = in.horizon_s;
-  if (in.new_throughput > 0) {
-    d.gain_s = in.horizon_s * (in.new_throughput - in.old_throughput) /
-               in.new_throughput;
+  if (d.new_throughput > 0) {
+    d.gain_s = in.horizon_s * (d.new_throughput - d.old_throughput) /
+               d.new_throughput;
   }
   const bool must = in.current_lost_gpu || !in.current_feasible;
   if (must) {
@@ -74,16 +89,16 @@ Decision Decide(const DecisionInput& in) {
   if (d.gain_s > d.downtime_estimate_s) {
     d.verdict = Verdict::kSwitch;
     d.reason = absl::StrFormat(
-        "gain %.3f s over the %.0f s horizon (%.3f -> %.3f it/s) beats the "
+        "gain %.3f s over the %.0f s horizon (%.3f -> %.3f it/s%s) beats the "
         "estimated downtime %.3f s",
-        d.gain_s, d.horizon_s, d.old_throughput, d.new_throughput,
+        d.gain_s, d.horizon_s, d.old_throughput, d.new_throughput, Basis(d),
         d.downtime_estimate_s);
   } else {
     d.verdict = Verdict::kKeep;
     d.reason = absl::StrFormat(
-        "gain %.3f s over the %.0f s horizon (%.3f -> %.3f it/s) does not beat "
-        "the estimated downtime %.3f s",
-        d.gain_s, d.horizon_s, d.old_throughput, d.new_throughput,
+        "gain %.3f s over the %.0f s horizon (%.3f -> %.3f it/s%s) does not "
+        "beat the estimated downtime %.3f s",
+        d.gain_s, d.horizon_s, d.old_throughput, d.new_throughput, Basis(d),
         d.downtime_estimate_s);
   }
   return d;

@@ -14,6 +14,13 @@
 // So a join whose better plan gains too little over the horizon keeps the
 // current plan (the paper's "keep" case), and so does a new plan that is
 // not faster at all. Pure functions; every number is recorded.
+//
+// Both throughputs are the cost model's predictions. Once the controller
+// fitted corrections on measured generations (controller/measurement.h,
+// planner_service/io/run_calibration.h) it passes the corrected ones too,
+// and the verdict is decided on those: a raw prediction that is off by a
+// factor (CPU ranks standing in for GPUs, an untuned framework) would
+// otherwise weigh a gain in the wrong units against a measured downtime.
 #ifndef ARACHNE_CONTROLLER_DECISION_H_
 #define ARACHNE_CONTROLLER_DECISION_H_
 
@@ -37,12 +44,18 @@ struct DecisionInput {
   bool current_feasible = true;
   std::string current_reason;  // when not feasible
   bool current_lost_gpu = false;  // a GPU it uses left ungracefully
-  double old_throughput = 0;      // iterations/s, 0 when not feasible
+  double old_throughput = 0;      // iterations/s raw, 0 when not feasible
   // The new plan.
   bool new_plan_found = true;
   std::string new_plan_reason;  // when not found
   bool new_plan_same = false;   // the planner returned the current plan
-  double new_throughput = 0;
+  double new_throughput = 0;    // iterations/s raw
+  // The same two with the corrections in force, and the corrections in one
+  // line; only when `corrected` (else the raw ones decide).
+  bool corrected = false;
+  double old_throughput_corrected = 0;
+  double new_throughput_corrected = 0;
+  std::string corrections;
   // Migration from the current plan to the new one.
   bool migration_available = true;
   std::string migration_reason;
@@ -55,8 +68,13 @@ struct Decision {
   Verdict verdict = Verdict::kKeep;
   std::string reason;
   std::string trigger;
+  // What the verdict used: the corrected throughputs when corrections were
+  // in force, else the raw ones (then equal to the *_raw fields).
   double old_throughput = 0;
   double new_throughput = 0;
+  double old_throughput_raw = 0;
+  double new_throughput_raw = 0;
+  std::string corrections;  // "" = none: the raw predictions decided
   double migration_estimate_s = 0;
   double fixed_cost_s = 0;
   double downtime_estimate_s = 0;

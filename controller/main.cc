@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   config.agent_client.token = settings->agent_token;
   config.agent_client.tls = settings->agent_tls;
   config.hold = settings->hold;
+  // The corrected predictions are priced on the embedded planner's profiles.
+  config.profiles_dir = settings->profiles_dir;
   arachne::controller::RealClock real_clock;
   absl::StatusOr<std::unique_ptr<JobController>> controller =
       JobController::Create(config, *catalog, *std::move(planner), &real_clock);

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -71,7 +72,17 @@ CREATE TABLE IF NOT EXISTS decisions(
   migration_estimate_s REAL NOT NULL, fixed_cost_s REAL NOT NULL,
   downtime_estimate_s REAL NOT NULL, horizon_s REAL NOT NULL,
   gain_s REAL NOT NULL, generation INTEGER NOT NULL,
-  planning_s REAL NOT NULL DEFAULT 0, decision_s REAL NOT NULL DEFAULT 0);
+  planning_s REAL NOT NULL DEFAULT 0, decision_s REAL NOT NULL DEFAULT 0,
+  old_throughput_raw REAL NOT NULL DEFAULT 0,
+  new_throughput_raw REAL NOT NULL DEFAULT 0,
+  corrections TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS generations(
+  generation INTEGER PRIMARY KEY, cluster_json TEXT NOT NULL,
+  plan_json TEXT NOT NULL, predicted_iteration_s REAL NOT NULL,
+  predicted_peak_gib REAL NOT NULL, first_iteration INTEGER NOT NULL,
+  warmup INTEGER NOT NULL, window_size INTEGER NOT NULL,
+  samples_json TEXT NOT NULL, iterations_measured INTEGER NOT NULL,
+  measured_iteration_s REAL NOT NULL, memory_json TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS switches(
   generation INTEGER PRIMARY KEY, outcome TEXT NOT NULL,
   timings_json TEXT NOT NULL);
@@ -150,12 +161,22 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
     if (get.rc() != SQLITE_OK) return store->ErrorLocked("cannot read", get.rc());
     if (get.Step() == SQLITE_ROW) {
       const std::string version = get.Text(0);
-      if (version == "1") {
+      if (version == "1" || version == "2") {
         // Version 1 lacked the decision timings; the rows it has keep 0.
-        for (const char* column : {"planning_s", "decision_s"}) {
-          if (absl::Status s = store->ExecLocked(absl::StrCat(
-                  "ALTER TABLE decisions ADD COLUMN ", column,
-                  " REAL NOT NULL DEFAULT 0;"));
+        // Versions 1 and 2 lacked the raw throughputs and corrections: their
+        // rows read the decided throughputs as raw (nothing was corrected
+        // then). The generations table is new (kSchema made it).
+        std::vector<std::string> columns;
+        if (version == "1") {
+          columns = {"planning_s REAL NOT NULL DEFAULT 0",
+                     "decision_s REAL NOT NULL DEFAULT 0"};
+        }
+        columns.push_back("old_throughput_raw REAL NOT NULL DEFAULT 0");
+        columns.push_back("new_throughput_raw REAL NOT NULL DEFAULT 0");
+        columns.push_back("corrections TEXT NOT NULL DEFAULT ''");
+        for (const std::string& column : columns) {
+          if (absl::Status s = store->ExecLocked(
+                  absl::StrCat("ALTER TABLE decisions ADD COLUMN ", column, ";"));
               !s.ok()) {
             return s;
           }
@@ -379,8 +400,9 @@ absl::StatusOr<int64_t> StateStore::AppendDecision(const DecisionRecord& r) {
               "INSERT INTO decisions(time, trigger, verdict, reason, "
               "old_throughput, new_throughput, migration_estimate_s, "
               "fixed_cost_s, downtime_estimate_s, horizon_s, gain_s, "
-              "generation, planning_s, decision_s) VALUES(?1, ?2, ?3, ?4, ?5, "
-              "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14);");
+              "generation, planning_s, decision_s, old_throughput_raw, "
+              "new_throughput_raw, corrections) VALUES(?1, ?2, ?3, ?4, ?5, "
+              "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17);");
   if (s.rc() != SQLITE_OK) return ErrorLocked("cannot write a decision", s.rc());
   const Decision& d = r.decision;
   s.Bind(1, ToUnix(r.time));
@@ -397,6 +419,9 @@ absl::StatusOr<int64_t> StateStore::AppendDecision(const DecisionRecord& r) {
   s.Bind(12, r.generation);
   s.Bind(13, d.planning_s);
   s.Bind(14, d.decision_s);
+  s.Bind(15, d.old_throughput_raw);
+  s.Bind(16, d.new_throughput_raw);
+  s.Bind(17, d.corrections);
   if (int rc = s.Step(); rc != SQLITE_DONE) {
     return ErrorLocked("cannot write a decision", rc);
   }
@@ -410,8 +435,8 @@ absl::StatusOr<std::vector<DecisionRecord>> StateStore::RecentDecisions(
               "SELECT id, time, trigger, verdict, reason, old_throughput, "
               "new_throughput, migration_estimate_s, fixed_cost_s, "
               "downtime_estimate_s, horizon_s, gain_s, generation, planning_s, "
-              "decision_s FROM "
-              "decisions ORDER BY id DESC LIMIT ?1;");
+              "decision_s, old_throughput_raw, new_throughput_raw, "
+              "corrections FROM decisions ORDER BY id DESC LIMIT ?1;");
   if (s.rc() != SQLITE_OK) return ErrorLocked("cannot read decisions", s.rc());
   s.Bind(1, limit);
   std::vector<DecisionRecord> out;
@@ -433,6 +458,15 @@ absl::StatusOr<std::vector<DecisionRecord>> StateStore::RecentDecisions(
     r.generation = s.Int(12);
     r.decision.planning_s = s.Double(13);
     r.decision.decision_s = s.Double(14);
+    r.decision.old_throughput_raw = s.Double(15);
+    r.decision.new_throughput_raw = s.Double(16);
+    r.decision.corrections = s.Text(17);
+    // A row of a version 1 or 2 database: it decided on raw predictions.
+    if (r.decision.corrections.empty() && r.decision.old_throughput_raw == 0 &&
+        r.decision.new_throughput_raw == 0) {
+      r.decision.old_throughput_raw = r.decision.old_throughput;
+      r.decision.new_throughput_raw = r.decision.new_throughput;
+    }
     out.push_back(r);
   }
   if (rc != SQLITE_DONE) return ErrorLocked("cannot read decisions", rc);
@@ -467,6 +501,122 @@ absl::StatusOr<std::vector<SwitchRecord>> StateStore::SwitchRecords() {
     out.push_back(SwitchRecord{s.Int(0), s.Text(1), s.Text(2)});
   }
   if (rc != SQLITE_DONE) return ErrorLocked("cannot read switches", rc);
+  return out;
+}
+
+absl::Status StateStore::SaveGeneration(const GenerationRecord& r) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "INSERT INTO generations(generation, cluster_json, plan_json, "
+              "predicted_iteration_s, predicted_peak_gib, first_iteration, "
+              "warmup, window_size, samples_json, iterations_measured, "
+              "measured_iteration_s, memory_json) VALUES(?1, ?2, ?3, ?4, ?5, "
+              "?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(generation) DO "
+              "UPDATE SET cluster_json=?2, plan_json=?3, "
+              "predicted_iteration_s=?4, predicted_peak_gib=?5, "
+              "first_iteration=?6, warmup=?7, window_size=?8, samples_json=?9, "
+              "iterations_measured=?10, measured_iteration_s=?11, "
+              "memory_json=?12;");
+  if (s.rc() != SQLITE_OK) {
+    return ErrorLocked("cannot write generation " + std::to_string(r.generation), s.rc());
+  }
+  s.Bind(1, r.generation);
+  s.Bind(2, r.cluster_json);
+  s.Bind(3, r.plan_json);
+  s.Bind(4, r.predicted_iteration_s);
+  s.Bind(5, r.predicted_peak_gib);
+  s.Bind(6, r.first_iteration);
+  s.Bind(7, r.warmup);
+  s.Bind(8, r.window);
+  s.Bind(9, SamplesToJson(r.samples));
+  s.Bind(10, r.iterations_measured);
+  s.Bind(11, r.measured_iteration_s);
+  s.Bind(12, MemoryToJson(r.memory));
+  if (int rc = s.Step(); rc != SQLITE_DONE) {
+    return ErrorLocked("cannot write generation " + std::to_string(r.generation), rc);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<GenerationRecord>> StateStore::Generations() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "SELECT generation, cluster_json, plan_json, "
+              "predicted_iteration_s, predicted_peak_gib, first_iteration, "
+              "warmup, window_size, samples_json, iterations_measured, "
+              "measured_iteration_s, memory_json FROM generations ORDER BY "
+              "generation;");
+  if (s.rc() != SQLITE_OK) return ErrorLocked("cannot read generations", s.rc());
+  std::vector<GenerationRecord> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    GenerationRecord r;
+    r.generation = s.Int(0);
+    r.cluster_json = s.Text(1);
+    r.plan_json = s.Text(2);
+    r.predicted_iteration_s = s.Double(3);
+    r.predicted_peak_gib = s.Double(4);
+    r.first_iteration = s.Int(5);
+    r.warmup = static_cast<int>(s.Int(6));
+    r.window = static_cast<int>(s.Int(7));
+    absl::StatusOr<std::map<int64_t, double>> samples = SamplesFromJson(s.Text(8));
+    if (!samples.ok()) {
+      return absl::DataLossError(absl::StrCat(path_, ": generation ",
+                                              r.generation, ": ",
+                                              samples.status().message()));
+    }
+    r.samples = *std::move(samples);
+    r.iterations_measured = static_cast<int>(s.Int(9));
+    r.measured_iteration_s = s.Double(10);
+    absl::StatusOr<std::vector<NodeMemoryRecord>> memory = MemoryFromJson(s.Text(11));
+    if (!memory.ok()) {
+      return absl::DataLossError(absl::StrCat(path_, ": generation ",
+                                              r.generation, ": ",
+                                              memory.status().message()));
+    }
+    r.memory = *std::move(memory);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return ErrorLocked("cannot read generations", rc);
+  return out;
+}
+
+absl::Status StateStore::SaveCorrections(const CorrectionsRecord& r) {
+  absl::MutexLock lock(&mu_);
+  return TransactionLocked([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+    if (absl::Status s = SetMetaLocked("corrections_json", r.corrections_json); !s.ok()) return s;
+    if (absl::Status s = SetMetaLocked("corrections_generations", std::to_string(r.generations)); !s.ok()) return s;
+    if (absl::Status s = SetMetaLocked("corrections_note", r.note); !s.ok()) return s;
+    // %.6f: StrCat keeps 6 significant digits, 100 s at today's Unix time.
+    return SetMetaLocked("corrections_fitted",
+                         absl::StrFormat("%.6f", r.fitted == absl::InfinitePast()
+                                                     ? -1.0
+                                                     : ToUnix(r.fitted)));
+  });
+}
+
+absl::StatusOr<CorrectionsRecord> StateStore::Corrections() {
+  absl::MutexLock lock(&mu_);
+  CorrectionsRecord out;
+  Statement s(db_,
+              "SELECT key, value FROM meta WHERE key IN ('corrections_json', "
+              "'corrections_generations', 'corrections_note', "
+              "'corrections_fitted');");
+  if (s.rc() != SQLITE_OK) return ErrorLocked("cannot read corrections", s.rc());
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    const std::string key = s.Text(0), value = s.Text(1);
+    if (key == "corrections_json") out.corrections_json = value;
+    if (key == "corrections_note") out.note = value;
+    if (key == "corrections_generations") {
+      out.generations = static_cast<int>(std::strtol(value.c_str(), nullptr, 10));
+    }
+    if (key == "corrections_fitted") {
+      const double t = std::strtod(value.c_str(), nullptr);
+      if (t >= 0) out.fitted = FromUnix(t);
+    }
+  }
+  if (rc != SQLITE_DONE) return ErrorLocked("cannot read corrections", rc);
   return out;
 }
 

@@ -29,15 +29,27 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "controller/decision.h"
+#include "controller/measurement.h"
 #include "controller/membership.h"
 
 struct sqlite3;
 
 namespace arachne::controller {
 
-// 2 added decisions.planning_s / decision_s; a version-1 database is
-// upgraded in place when opened.
-inline constexpr int kStoreSchemaVersion = 2;
+// 2 added decisions.planning_s / decision_s; 3 the decisions' raw
+// throughputs and corrections, the generations table (each generation's
+// plan, predicted and measured) and the corrections in force. A version-1
+// or -2 database is upgraded in place when opened.
+inline constexpr int kStoreSchemaVersion = 3;
+
+// The measured-run corrections in force (RunCorrections as the
+// calibration file's JSON, run_calibration.h) and what the last fit said.
+struct CorrectionsRecord {
+  std::string corrections_json;  // "" = none
+  int generations = 0;           // fitted on
+  std::string note;              // the last fit's outcome
+  absl::Time fitted = absl::InfinitePast();
+};
 
 // The plan training runs under.
 struct CurrentPlanRecord {
@@ -102,6 +114,14 @@ class StateStore {
   absl::StatusOr<std::vector<DecisionRecord>> RecentDecisions(int limit);
   absl::Status SaveSwitchRecord(const SwitchRecord& record);
   absl::StatusOr<std::vector<SwitchRecord>> SwitchRecords();
+  // Writes generation `record.generation`'s row (replacing it): its plan,
+  // raw prediction and measurements so far.
+  absl::Status SaveGeneration(const GenerationRecord& record);
+  // Every recorded generation, oldest first.
+  absl::StatusOr<std::vector<GenerationRecord>> Generations();
+  absl::Status SaveCorrections(const CorrectionsRecord& record);
+  // None recorded: an empty record.
+  absl::StatusOr<CorrectionsRecord> Corrections();
   // This job's controller identity: 32 hex digits drawn once, when the
   // database is created, and kept across restarts. Agents registered with
   // the controller accept commands carrying it only (docs/agent.md).

@@ -97,13 +97,78 @@ void RenderSwitch(const v1::SwitchTimings& t, std::string* out) {
       t.agent_stage2_s(), t.agent_rebuild_s(), t.agent_resume_s());
 }
 
+// The corrections in force in one parenthesis: "(compute_scale A6000
+// 412.300, fitted on 2 generations)"; "(raw: no corrections in force)".
+std::string CorrectionsNote(const v1::RunCorrectionsInForce& c) {
+  if (c.summary().empty()) return "(raw: no corrections in force)";
+  return absl::StrFormat("(%s, fitted on %d generation%s)", c.summary(),
+                         c.generations(), c.generations() == 1 ? "" : "s");
+}
+
+// "0.840 s" or "-" when not known.
+std::string Seconds(double s) {
+  return s > 0 ? absl::StrFormat("%.4g s", s) : std::string("-");
+}
+std::string Gib(double g) {
+  return g > 0 ? absl::StrFormat("%.3g GiB", g) : std::string("-");
+}
+
+// The current generation's measured iteration time and peak memory beside
+// the raw and corrected predictions, the corrections in force and every
+// recorded generation.
+void RenderMeasurements(const v1::GetStatusResponse& s, std::string* out) {
+  const v1::GenerationMeasurement& m = s.measurement();
+  if (m.generation() > 0) {
+    absl::StrAppendFormat(
+        out,
+        "iteration: measured %s (median of %d after %d warm-up), predicted "
+        "%s raw / %s corrected %s\n",
+        m.iterations_measured() > 0 ? Seconds(m.measured_iteration_s())
+                                    : std::string("- (none yet)"),
+        m.iterations_measured(), m.warmup_iterations(),
+        Seconds(m.predicted_iteration_s()), Seconds(m.corrected_iteration_s()),
+        CorrectionsNote(s.corrections()));
+    absl::StrAppendFormat(
+        out,
+        "memory per GPU: measured %s (agent peak RSS / its GPUs of the plan), "
+        "predicted %s raw / %s corrected\n",
+        Gib(m.measured_peak_gib()), Gib(m.predicted_peak_gib()),
+        Gib(m.corrected_peak_gib()));
+  }
+  if (!s.corrections().note().empty()) {
+    absl::StrAppend(out, "corrections: ", s.corrections().note(), "\n");
+  }
+  if (s.generations_size() > 0) {
+    absl::StrAppendFormat(out, "  %-4s %-10s %10s %10s %10s  %10s %10s %10s  %s\n",
+                          "gen", "iterations", "measured", "raw",
+                          "corrected", "mem meas", "mem raw", "mem corr",
+                          "cluster");
+    for (const v1::GenerationMeasurement& g : s.generations()) {
+      absl::StrAppendFormat(
+          out, "  %-4d %-10d %10s %10s %10s  %10s %10s %10s  %s\n",
+          g.generation(), g.iterations_measured(),
+          Seconds(g.measured_iteration_s()), Seconds(g.predicted_iteration_s()),
+          Seconds(g.corrected_iteration_s()), Gib(g.measured_peak_gib()),
+          Gib(g.predicted_peak_gib()), Gib(g.corrected_peak_gib()),
+          g.cluster());
+    }
+  }
+}
+
 }  // namespace
 
 std::string DecisionNumbers(const v1::Decision& d) {
+  // Corrected throughputs decided: the raw ones are named beside them.
+  const std::string basis =
+      d.corrections().empty()
+          ? std::string(" (raw)")
+          : absl::StrFormat(" corrected (raw %.3f -> %.3f it/s; %s)",
+                            d.old_throughput_raw(), d.new_throughput_raw(),
+                            d.corrections());
   return absl::StrFormat(
-      "old %.3f -> new %.3f it/s, gain %.3f s over %.0f s vs downtime %.3f s "
+      "old %.3f -> new %.3f it/s%s, gain %.3f s over %.0f s vs downtime %.3f s "
       "(migration %.3f + fixed %.3f); decided in %.3f s (planner %.3f s)",
-      d.old_throughput(), d.new_throughput(), d.gain_s(), d.horizon_s(),
+      d.old_throughput(), d.new_throughput(), basis, d.gain_s(), d.horizon_s(),
       d.downtime_estimate_s(), d.migration_estimate_s(), d.fixed_cost_s(),
       d.decision_s(), d.planning_s());
 }
@@ -142,6 +207,7 @@ std::string RenderControllerStatus(const v1::GetStatusResponse& s,
     out += "plan: none yet\n";
   } else {
     RenderPlan(s.plan(), &out);
+    RenderMeasurements(s, &out);
   }
   if (s.last_switch().generation() > 0) {
     out += "\n";

@@ -14,8 +14,10 @@ namespace arachne {
 
 // The job line (generation, phase, iteration, loss, tokens/s, error), the
 // members, the current plan (per template: replicas, micro-batches; per
-// stage: GPU type, TP, layers, memory, nodes), the last switch's timings and
-// the recent decisions with their numbers. `address` names the controller
+// stage: GPU type, TP, layers, memory, nodes), its measured iteration time
+// and peak memory beside the raw and corrected predictions with the
+// corrections in force and every recorded generation, the last switch's
+// timings and the recent decisions with their numbers. `address` names the controller
 // in the first line. Times print in `zone`.
 std::string RenderControllerStatus(const v1::GetStatusResponse& status,
                                    const std::string& address,
@@ -32,8 +34,10 @@ std::string RenderEvent(const v1::Event& event, absl::TimeZone zone);
 // One event as a single-line JSON object (JSON mapping, proto field names).
 std::string EventJson(const v1::Event& event);
 
-// One decision's numbers: "old 376.935 -> new 605.250 it/s, gain 1357.8 s
-// over 3600 s vs downtime 2.001 s (migration 0.001 + fixed 2.000)".
+// One decision's numbers: "old 376.935 -> new 605.250 it/s (raw), gain
+// 1357.8 s over 3600 s vs downtime 2.001 s (migration 0.001 + fixed
+// 2.000)"; decided on corrected throughputs, "(raw)" is "corrected (raw
+// A -> B it/s; <corrections>)".
 std::string DecisionNumbers(const v1::Decision& decision);
 
 }  // namespace arachne

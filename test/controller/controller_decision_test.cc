@@ -49,6 +49,61 @@ TEST(Decision, KeepsThePlanOnAJoinThatGainsTooLittle) {
   EXPECT_EQ(Decide(same).reason, "the new plan is the current plan");
 }
 
+// The raw predictions of a CPU-run job: the cost model prices a GPU, so
+// both plans look ~500 times faster than they run and the gain, in seconds
+// of the raw model, is worth nothing against a measured downtime. The
+// corrections (fitted on measured generations) make the times real.
+TEST(Decision, CorrectedThroughputsDecideWhereRawOnesWouldSwitch) {
+  // Raw: 700 -> 770 it/s over an hour saves 327 s > 3 s of downtime.
+  DecisionInput in = Join(700, 770, 3600, 1, 2);
+  EXPECT_EQ(Decide(in).verdict, Verdict::kSwitch);
+  // Corrected: the new plan's extra GPU mostly adds communication, which
+  // the compute scale does not grow: 1.000 -> 1.0008 it/s saves 2.9 s.
+  in.corrected = true;
+  in.old_throughput_corrected = 1.0;
+  in.new_throughput_corrected = 1.0008;
+  in.corrections = "compute_scale A6000 412.300, fitted on 2 generations";
+  const Decision d = Decide(in);
+  EXPECT_EQ(d.verdict, Verdict::kKeep);
+  EXPECT_DOUBLE_EQ(d.old_throughput, 1.0);
+  EXPECT_DOUBLE_EQ(d.new_throughput, 1.0008);
+  EXPECT_DOUBLE_EQ(d.old_throughput_raw, 700);
+  EXPECT_DOUBLE_EQ(d.new_throughput_raw, 770);
+  EXPECT_NEAR(d.gain_s, 3600 * 0.0008 / 1.0008, 1e-9);
+  EXPECT_EQ(d.corrections,
+            "compute_scale A6000 412.300, fitted on 2 generations");
+  EXPECT_THAT(d.reason,
+              HasSubstr("(1.000 -> 1.001 it/s corrected; raw 700.000 -> "
+                        "770.000 it/s) does not beat the estimated downtime "
+                        "3.000 s"));
+}
+
+TEST(Decision, CorrectedThroughputsCanSwitchWhereRawOnesWouldKeep) {
+  // Raw: the new plan looks 1% faster: 36 s over an hour < 40 s downtime.
+  DecisionInput in = Join(100, 101, 3600, 10, 30);
+  EXPECT_EQ(Decide(in).verdict, Verdict::kKeep);
+  // Measured, the old plan's slow type runs 1.5 x its profile: corrected,
+  // the new plan (off that type) is 40% faster.
+  in.corrected = true;
+  in.old_throughput_corrected = 70;
+  in.new_throughput_corrected = 98;
+  in.corrections = "compute_scale V100-16GB 1.500, fitted on 3 generations";
+  const Decision d = Decide(in);
+  EXPECT_EQ(d.verdict, Verdict::kSwitch);
+  EXPECT_NEAR(d.gain_s, 3600 * 28.0 / 98.0, 1e-9);
+  EXPECT_DOUBLE_EQ(d.old_throughput_raw, 100);
+  EXPECT_DOUBLE_EQ(d.new_throughput_raw, 101);
+}
+
+TEST(Decision, WithoutCorrectionsTheRawThroughputsAreRecordedAsUsed) {
+  const Decision d = Decide(Join(10, 12.5, 3600, 1, 4));
+  EXPECT_DOUBLE_EQ(d.old_throughput, 10);
+  EXPECT_DOUBLE_EQ(d.old_throughput_raw, 10);
+  EXPECT_DOUBLE_EQ(d.new_throughput_raw, 12.5);
+  EXPECT_EQ(d.corrections, "");
+  EXPECT_THAT(d.reason, HasSubstr("(10.000 -> 12.500 it/s) beats"));
+}
+
 TEST(Decision, AlwaysSwitchesWhenTheCurrentPlanLostAGpuOrNoLongerFits) {
   DecisionInput in = Join(10, 5, 1, 100, 100);
   in.current_lost_gpu = true;

@@ -7,6 +7,8 @@
 // switches live or keeps the plan. Training must go on as if nothing had
 // happened: the loss of every iteration equals that of a run without the
 // switch (RunPlan, in process) within 1e-4.
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
@@ -166,6 +168,153 @@ TEST(ControllerE2E, AJoinThatGainsTooLittleKeepsThePlan) {
   EXPECT_GE(d.decision_s(), d.planning_s());
   // Nothing switched: the losses are the unswitched run's, exactly.
   ExpectLossesMatchTheUnswitchedRun(run, 0);
+}
+
+// The calibration loop live: the controller measures each generation's
+// iteration time on the agents (CPU ranks, so ~500 times slower than the
+// A6000 the cost model prices), fits the corrections on what it measured,
+// shows measured, raw and corrected predictions, keeps them across its own
+// restart and decides the join on corrected throughputs.
+TEST(ControllerE2E, MeasuredIterationTimesCorrectThePredictions) {
+  const std::string dir = TempDir("measure");
+  ControllerProcess controller(dir);
+  const std::string job = testing::JobYaml(
+      testing::JobOptions().Iterations(16).Lease(5).Extra(
+          "measure_warmup_iterations: 1\nmeasure_window: 5"));
+  ASSERT_TRUE(controller.Start(job).ok());
+  std::unique_ptr<AgentProcess> a = StartAgent("a", 2, dir, controller);
+  std::unique_ptr<AgentProcess> b = StartAgent("b", 1, dir, controller);
+
+  // Generation 1 measured 3 iterations after its warm-up: fitted on it.
+  absl::StatusOr<v1::GetStatusResponse> st = WaitFor(
+      controller,
+      [](const v1::GetStatusResponse& s) {
+        return s.generation() == 1 && s.corrections().generations() >= 1;
+      },
+      absl::Seconds(40), "generation 1 measured and fitted");
+  ASSERT_TRUE(st.ok()) << st.status();
+  {
+    const v1::GenerationMeasurement& m = st->measurement();
+    EXPECT_EQ(m.generation(), 1);
+    EXPECT_EQ(m.cluster(), "a: 2 x A6000, b: 1 x A6000");
+    EXPECT_EQ(m.first_iteration(), 0);
+    EXPECT_EQ(m.warmup_iterations(), 1);
+    EXPECT_GE(m.iterations_measured(), 3);
+    EXPECT_GT(m.measured_iteration_s(), 0);
+    // The raw prediction is the plan's own.
+    EXPECT_DOUBLE_EQ(m.predicted_iteration_s(), st->plan().iteration_time_s());
+    EXPECT_GT(m.predicted_iteration_s(), 0);
+    // CPU ranks are far slower than the A6000 the model prices.
+    EXPECT_GT(m.measured_iteration_s(), 10 * m.predicted_iteration_s());
+    // Fitted on this generation alone, the compute scale explains it.
+    EXPECT_NEAR(m.corrected_iteration_s(), m.measured_iteration_s(),
+                0.1 * m.measured_iteration_s())
+        << "compute_scale " << st->corrections().compute_scale().at("A6000")
+        << " needed x" << m.measured_iteration_s() / m.corrected_iteration_s()
+        << " more (FitCorrections bounds it); " << m.ShortDebugString();
+    EXPECT_GT(m.measured_peak_gib(), 0);
+    EXPECT_GT(m.predicted_peak_gib(), 0);
+    // PP 2 on b and one GPU of a: each node's agent measured its peak.
+    ASSERT_EQ(m.memory_size(), 2) << m.ShortDebugString();
+    EXPECT_EQ(m.memory(0).node(), "a");
+    EXPECT_EQ(m.memory(0).gpus(), 1);
+    EXPECT_GT(m.memory(0).peak_rss_bytes(), 0);
+    EXPECT_EQ(m.memory(1).node(), "b");
+    EXPECT_EQ(m.memory(1).gpus(), 1);
+    EXPECT_GT(m.memory(1).peak_rss_bytes(), 0);
+    EXPECT_DOUBLE_EQ(m.memory(0).predicted_gib(),
+                     st->plan().templates(0).stages(1).memory_gib());
+    ASSERT_EQ(st->corrections().compute_scale().count("A6000"), 1u)
+        << st->corrections().ShortDebugString();
+    EXPECT_GT(st->corrections().compute_scale().at("A6000"), 10);
+    EXPECT_THAT(st->corrections().summary(),
+                ::testing::StartsWith("compute_scale A6000 "));
+    EXPECT_THAT(st->corrections().note(),
+                ::testing::HasSubstr("fitted on 1 generation (1)"));
+  }
+  const v1::GetStatusResponse fitted = *st;
+
+  // A restart: the record and the corrections are read back from the store.
+  controller.Kill();
+  ASSERT_TRUE(controller.Start(job).ok());
+  st = WaitFor(
+      controller,
+      [](const v1::GetStatusResponse& s) { return s.generation() == 1; },
+      absl::Seconds(20), "the restarted controller");
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_GE(st->measurement().iterations_measured(),
+            fitted.measurement().iterations_measured());
+  EXPECT_EQ(st->corrections().summary(), fitted.corrections().summary());
+  EXPECT_GT(st->measurement().corrected_iteration_s(), 0);
+  ASSERT_EQ(st->generations_size(), 1);
+
+  // The join is decided on corrected throughputs, the raw ones beside them.
+  std::unique_ptr<AgentProcess> c = StartAgent("c", 1, dir, controller);
+  st = WaitFor(
+      controller,
+      [](const v1::GetStatusResponse& s) { return s.decisions_size() > 0; },
+      absl::Seconds(30), "a decision on the join");
+  ASSERT_TRUE(st.ok()) << st.status();
+  const v1::Decision d = st->decisions(0);
+  EXPECT_THAT(d.trigger(), ::testing::HasSubstr("join c"));
+  EXPECT_THAT(d.corrections(), ::testing::StartsWith("compute_scale A6000 "));
+  EXPECT_THAT(d.reason(), ::testing::HasSubstr("it/s corrected; raw "));
+  EXPECT_GT(d.old_throughput_raw(), 10 * d.old_throughput()) << d.ShortDebugString();
+  EXPECT_GT(d.new_throughput_raw(), 10 * d.new_throughput()) << d.ShortDebugString();
+  // The current plan on the new cluster (c unused) is generation 1's plan:
+  // its corrected throughput is 1 / generation 1's corrected time.
+  EXPECT_NEAR(d.old_throughput(), 1 / st->measurement().corrected_iteration_s(),
+              0.01 * d.old_throughput());
+  if (d.verdict() == "switch") {
+    // Generation 2 measured too: the fit is on both.
+    st = WaitFor(
+        controller,
+        [](const v1::GetStatusResponse& s) {
+          return s.generation() == 2 && s.corrections().generations() >= 2;
+        },
+        absl::Seconds(40), "generation 2 measured and fitted");
+    ASSERT_TRUE(st.ok()) << st.status();
+    const v1::GenerationMeasurement& m = st->measurement();
+    EXPECT_EQ(m.generation(), 2);
+    EXPECT_GT(m.first_iteration(), 0);
+    EXPECT_GT(m.measured_iteration_s(), 0);
+    EXPECT_DOUBLE_EQ(m.predicted_iteration_s(), st->plan().iteration_time_s());
+    // Two plans the raw model prices alike (per-micro-batch latency
+    // dominates on a GPU) that CPU ranks run at different speeds (4 ranks
+    // share 2 cores in generation 2): one compute scale explains both only
+    // as well as the note says; the corrected prediction is still far
+    // closer to the measured time than the raw one.
+    EXPECT_LT(std::abs(std::log(m.corrected_iteration_s() / m.measured_iteration_s())),
+              std::abs(std::log(m.predicted_iteration_s() / m.measured_iteration_s())))
+        << m.ShortDebugString() << " " << st->corrections().ShortDebugString();
+    EXPECT_THAT(st->corrections().note(),
+                ::testing::HasSubstr("fitted on 2 generations (1, 2)"));
+    ASSERT_EQ(st->generations_size(), 2);
+    EXPECT_EQ(st->generations(0).generation(), 2);
+    EXPECT_EQ(st->generations(1).generation(), 1);
+  }
+  // `arachne status` shows measured, raw and corrected side by side.
+  const std::string cli = absl::StrCat(
+      ARACHNE_BINARY_DIR, "/planner_service/cli/arachne status --controller ",
+      controller.address(), " 2>&1");
+  std::string text;
+  if (FILE* p = popen(cli.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) text.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << text;
+  }
+  EXPECT_THAT(text, ::testing::ContainsRegex(
+                        "iteration: measured [0-9.]+ s \\(median of [0-9]+ "
+                        "after 1 warm-up\\), predicted [0-9.e-]+ s raw / "
+                        "[0-9.]+ s corrected \\(compute_scale A6000 "));
+  EXPECT_THAT(text, ::testing::HasSubstr("memory per GPU: measured "));
+  EXPECT_THAT(text, ::testing::HasSubstr("corrections: fitted on "));
+  EXPECT_THAT(text, ::testing::HasSubstr(" corrected (raw "));
+  LOG(INFO) << "arachne status:\n" << text;
+  LOG(INFO) << "decision: " << d.ShortDebugString();
+  LOG(INFO) << "measurement: " << st->measurement().ShortDebugString();
+  LOG(INFO) << "corrections: " << st->corrections().ShortDebugString();
 }
 
 }  // namespace

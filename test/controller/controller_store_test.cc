@@ -210,7 +210,7 @@ TEST(StateStore, ASchemaOneDatabaseIsUpgradedKeepingItsDecisions) {
   EXPECT_EQ((*decisions)[1].decision.reason, "gain too small");
   EXPECT_EQ((*decisions)[1].decision.planning_s, 0);
   store->reset();
-  // Reopened, it is a version-2 database as any other.
+  // Reopened, it is a database of the current version as any other.
   EXPECT_TRUE(StateStore::Open(dir).ok());
 }
 

@@ -1,0 +1,95 @@
+// The controller's online calibration: the measured generations
+// (controller/measurement.h, recorded in the store) become measured runs
+// (planner_service/io/run_calibration.h), the corrections are fitted on all
+// of them with FitCorrections, and every prediction the controller decides
+// on is priced again with the corrections in force (PredictRun). So the
+// keep-or-switch rule compares corrected throughputs, and `arachne status`
+// shows measured, raw and corrected side by side (docs/controller.md,
+// "Measured iteration times and corrected predictions").
+#ifndef ARACHNE_CONTROLLER_CALIBRATION_H_
+#define ARACHNE_CONTROLLER_CALIBRATION_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "controller/measurement.h"
+#include "planner_service/core/cluster.h"
+#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model.h"
+#include "planner_service/core/plan.h"
+#include "planner_service/io/run_calibration.h"
+
+namespace arachne::controller {
+
+// What a fit gave: corrections, or why there are none this time.
+struct CorrectionsFit {
+  absl::Status status;  // OK: `corrections` were fitted
+  RunCorrections corrections;
+  std::vector<int64_t> generations;  // fitted on
+  // One line: "fitted on 2 generations (1, 2); iteration_fixed_ms left out:
+  // ..." or why the fit was refused.
+  std::string note;
+  // The fitted generations' predictions with the new corrections, in the
+  // order of `generations` (FitResult::runs' `after`).
+  std::vector<RunPrediction> after;
+};
+
+class OnlineCalibration {
+ public:
+  // A generation is fitted on once it measured `min_iterations` iterations
+  // after its warm-up. `catalog` is the one the records' clusters and plans
+  // are read with; `profiles_dir` ("" = built in) the profiles the planner
+  // prices with.
+  OnlineCalibration(GpuCatalog catalog, ModelSpec model,
+                    TrainingConfig training, std::string profiles_dir,
+                    int min_iterations);
+
+  int min_iterations() const { return min_iterations_; }
+
+  // `plan` on `cluster` priced with `corrections` (empty: raw).
+  absl::StatusOr<RunPrediction> Predict(const Cluster& cluster,
+                                        const Plan& plan,
+                                        const RunCorrections& corrections) const;
+  // The same from a stored generation's cluster and plan JSON.
+  absl::StatusOr<RunPrediction> Predict(const GenerationRecord& record,
+                                        const RunCorrections& corrections) const;
+
+  // The measured runs of the generations measured enough, labelled
+  // "generation N"; the others are left out.
+  absl::StatusOr<std::vector<MeasuredRun>> Runs(
+      const std::vector<GenerationRecord>& records,
+      std::vector<int64_t>* generations) const;
+
+  // FitCorrections on every generation measured enough, their measured peak
+  // memory included; when the memory terms make the fit refuse, again on
+  // the iteration times alone (the note says so). A refused fit is a non-OK
+  // status with the fit's reason.
+  CorrectionsFit Fit(const std::vector<GenerationRecord>& records) const;
+
+  // The calibration file's JSON of `corrections` (run_calibration.h), and
+  // back: what the store keeps.
+  std::string ToJson(const RunCorrections& corrections,
+                     const std::vector<int64_t>& generations) const;
+  // `generations`: those named in its fitted_on ("generation N").
+  absl::StatusOr<RunCorrections> FromJson(
+      const std::string& json, std::vector<int64_t>* generations) const;
+
+  const GpuCatalog& catalog() const { return catalog_; }
+
+ private:
+  GpuCatalog catalog_;
+  ModelSpec model_;
+  TrainingConfig training_;
+  std::string profiles_dir_;
+  int min_iterations_;
+};
+
+// One line naming every correction: "compute_scale A6000 412.300,
+// iteration_fixed 12.0 ms"; "" for none.
+std::string DescribeCorrections(const RunCorrections& corrections);
+
+}  // namespace arachne::controller
+
+#endif  // ARACHNE_CONTROLLER_CALIBRATION_H_
