@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "planner_service/core/profile_synthesizer.h"
 #include "planner_service/io/gpu_catalog_io.h"
@@ -263,6 +264,19 @@ absl::StatusOr<std::string> CatalogIdForDevice(const GpuCatalog& catalog,
     if (absl::EqualsIgnoreCase(t.product_name, name) ||
         absl::EqualsIgnoreCase(product, bare))
       return t.id;
+  }
+  // Driver names split what catalog ids join with '-' ("H100 80GB HBM3",
+  // "RTX A6000"): the longest run of consecutive words that, joined by '-',
+  // is an id or alias ("H100-80GB", "A6000"); leftmost on a tie.
+  const std::vector<std::string> words =
+      absl::StrSplit(bare, ' ', absl::SkipEmpty());
+  for (size_t len = words.size(); len >= 1; --len) {
+    for (size_t first = 0; first + len <= words.size(); ++first) {
+      const std::string joined = absl::StrJoin(
+          words.begin() + first, words.begin() + first + len, "-");
+      if (absl::StatusOr<int> i = catalog.IndexOf(joined); i.ok())
+        return catalog.type(*i).id;
+    }
   }
   return absl::NotFoundError(absl::StrCat(
       "--gpu: the device \"", name,

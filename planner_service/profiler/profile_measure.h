@@ -48,9 +48,11 @@ void AddProfileMeasureFlags(CLI::App* app, ProfileMeasureOptions* options);
 int RunProfileMeasure(const ProfileMeasureOptions& options, std::ostream& out,
                       std::ostream& err);
 
-// The catalog id of a device named `device_name` (e.g. "NVIDIA H100 80GB
-// HBM3"): an id or alias, a product_name, or either without the "NVIDIA "
-// prefix, all case-insensitive; NotFound asking for --gpu otherwise.
+// The catalog id of a device named `device_name` (nvidia-smi's, e.g.
+// "NVIDIA H100 80GB HBM3"): an id or alias, a product_name, either without
+// the "NVIDIA " prefix, else the longest run of its words that joined by
+// '-' is an id or alias ("H100-80GB"), all case-insensitive; NotFound
+// asking for --gpu otherwise.
 absl::StatusOr<std::string> CatalogIdForDevice(const GpuCatalog& catalog,
                                                const std::string& device_name);
 

@@ -220,6 +220,20 @@ TEST(ProfileMeasureTest, BadInputIsNamed) {
   EXPECT_FALSE(std::filesystem::exists(csv));
 }
 
+TEST(ProfileMeasureTest, AMissingArachneProfileIsNamed) {
+  // A copy of arachne in a directory without arachne-profile.
+  const auto dir = FreshDir("profile_measure_missing");
+  std::filesystem::copy_file(kArachne, dir / "arachne");
+  std::filesystem::permissions(dir / "arachne",
+                               std::filesystem::perms::owner_all);
+  Result r = Shell((dir / "arachne").string() + " profile measure --help");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("arachne profile measure runs " +
+                               (dir / "arachne-profile").string() +
+                               ", which does not exist (arachne-profile is "
+                               "built only with LibTorch"));
+}
+
 TEST(ProfileMeasureTest, ArachneHelpListsMeasure) {
   Result r = Shell(kArachne + " profile --help");
   EXPECT_EQ(r.code, 0) << r.out;
