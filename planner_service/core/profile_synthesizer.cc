@@ -121,8 +121,10 @@ double AddMaterializedAttention(const ModelSpec& m, int tp, int mbs, int seq,
   const AttnDims d = AttentionDims(m);
   const double heads_t = double(m.num_heads) / tp;
   const double batches = double(mbs) * heads_t;
-  w->gemms.push_back({double(seq), double(seq), d.qk_head, batches});
-  w->gemms.push_back({double(seq), d.v_head, double(seq), batches});
+  // One batched GEMM each (baddbmm / bmm): the small-GEMM penalty is paid
+  // once per kernel, on its total work, not once per (sequence, head).
+  w->gemms.push_back({double(seq) * batches, double(seq), d.qk_head});
+  w->gemms.push_back({double(seq) * batches, d.v_head, double(seq)});
   const double scores = batches * double(seq) * seq;
   // QK^T written, fused scale-mask-softmax read + written, read by x V;
   // dropout reads and writes the probabilities and writes a 1-byte mask.
