@@ -151,6 +151,7 @@ std::string RenderFitReport(const FitResult& r) {
     if (p.fitted) continue;
     s += absl::StrFormat("not fitted: %s: %s\n", p.name, p.reason);
   }
+  for (const std::string& w : r.warnings) s += "warning: " + w + "\n";
   return s;
 }
 

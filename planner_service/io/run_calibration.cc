@@ -558,6 +558,31 @@ absl::StatusOr<std::vector<double>> FitGroup(
   return Minimise(f, *fitted, x0);
 }
 
+// A fixed cost beyond this share of a run's predicted time is taken for a
+// compute error absorbed (host overhead of real frameworks is a few per
+// cent of an iteration).
+constexpr double kMaxFixedShare = 0.5;
+
+// The largest share of a run's predicted time the fixed costs of `c` make
+// up over the runs of `f`, and the index (in f.pricers) of that run.
+absl::StatusOr<std::pair<double, int>> FixedShare(const Objective& f,
+                                                  const RunCorrections& c) {
+  RunCorrections none = c;
+  if (none.micro_batch_fixed_s) none.micro_batch_fixed_s = 0;
+  if (none.iteration_fixed_s) none.iteration_fixed_s = 0;
+  std::pair<double, int> worst = {0, 0};
+  for (size_t i = 0; i < f.pricers.size(); ++i) {
+    absl::StatusOr<RunPrediction> with = f.pricers[i]->Price(c);
+    if (!with.ok()) return with.status();
+    absl::StatusOr<RunPrediction> without = f.pricers[i]->Price(none);
+    if (!without.ok()) return without.status();
+    const double share =
+        (with->iteration_s - without->iteration_s) / with->iteration_s;
+    if (share > worst.first) worst = {share, static_cast<int>(i)};
+  }
+  return worst;
+}
+
 double RmsLog(const std::vector<RunFitReport>& runs, bool after) {
   double s = 0;
   int n = 0;
@@ -651,12 +676,14 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
     pricers.push_back(*std::move(p));
   }
   FitResult result;
+  std::vector<int> time_runs;  // index in `runs` of each time.pricers entry
   Objective time;
   Objective memory;
   memory.memory = true;
   for (size_t i = 0; i < runs.size(); ++i) {
     if (!on[i]) continue;
     result.fitted_on.push_back(runs[i].label);
+    time_runs.push_back(static_cast<int>(i));
     time.pricers.push_back(pricers[i].get());
     time.measured.push_back(runs[i].measured_iteration_s);
     if (runs[i].measured_peak_gib) {
@@ -705,8 +732,9 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
       std::string why = absl::StrCat(
           time.pricers.size() == 1 ? "the only fitted run has "
                                    : "every fitted run has ",
-          *counts.begin(), " micro-batches per replica, so it cannot be told "
-          "apart from ",
+          *counts.begin(),
+          *counts.begin() == 1 ? " micro-batch" : " micro-batches",
+          " per replica, so it cannot be told apart from ",
           types.size() == 1 ? absl::StrCat("the ", types[0], " compute scale")
                             : std::string("the compute scales"));
       if (req_it) return Refuse(std::string(kFitMicroBatchFixed), why);
@@ -734,6 +762,40 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
       FitGroup(time, cand, req, start, false, &time_params, &notes);
   if (!xt.ok()) return xt.status();
   RunCorrections corrections = CorrectionsOf(time_params, *xt);
+  // A fixed cost the automatic fit chose that makes up most of a run's
+  // time is a compute error absorbed, not host overhead: leave it out and
+  // fit again without it (named in `parameters`, it is kept, with a
+  // warning below).
+  for (size_t k = 0; k < time_params.size(); ++k) {
+    if (time_params[k].kind != ParamKind::kMicroBatchFixed ||
+        asked.contains(kFitMicroBatchFixed)) {
+      continue;
+    }
+    absl::StatusOr<std::pair<double, int>> share =
+        FixedShare(time, corrections);
+    if (!share.ok()) return share.status();
+    if (share->first <= kMaxFixedShare) break;
+    notes.push_back(
+        {time_params[k].Name(), false, 0,
+         absl::StrFormat(
+             "fitted (%.4g ms), it made up %.0f%% of run %s's predicted "
+             "time: a compute error absorbed, not host overhead (name it in "
+             "--fit to keep it)",
+             (*xt)[k], 100 * share->first,
+             QuoteForMessage(runs[time_runs[share->second]].label))});
+    std::vector<Param> kept;
+    std::vector<double> x0;
+    for (size_t j = 0; j < time_params.size(); ++j) {
+      if (j == k) continue;
+      kept.push_back(time_params[j]);
+      x0.push_back(0);  // the start of the first fit
+    }
+    time_params = kept;
+    xt = Minimise(time, time_params, x0);
+    if (!xt.ok()) return xt.status();
+    corrections = CorrectionsOf(time_params, *xt);
+    break;
+  }
 
   // --- Memory ---
   cand.clear(), req.clear(), start.clear();
@@ -795,6 +857,66 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   }
   result.time_rms_log_error_before = RmsLog(result.runs, false);
   result.time_rms_log_error_after = RmsLog(result.runs, true);
+
+  // --- Warnings ---
+  auto at_bound = [](const Param& q, double x) -> std::optional<double> {
+    const double tol = 1e-9 * std::max(1.0, std::abs(x));
+    if (std::abs(x - q.lo) <= tol) return q.lo;
+    if (std::abs(x - q.hi) <= tol) return q.hi;
+    return std::nullopt;
+  };
+  auto check_bounds = [&](const std::vector<Param>& ps,
+                          const std::vector<double>& xs) {
+    for (size_t k = 0; k < ps.size(); ++k) {
+      if (std::optional<double> b = at_bound(ps[k], xs[k])) {
+        result.warnings.push_back(absl::StrFormat(
+            "%s = %.6g is at the %s bound of its range (the unconstrained "
+            "best fit lies beyond it): the fit may be absorbing an error of "
+            "another kind",
+            ps[k].Name(), ps[k].Display(xs[k]),
+            *b == ps[k].lo ? "lower" : "upper"));
+      }
+    }
+  };
+  check_bounds(time_params, *xt);
+  if (!mem_params.empty()) {
+    std::vector<double> xm;
+    for (const Param& q : mem_params) {
+      xm.push_back(q.kind == ParamKind::kContextReserve
+                       ? *corrections.context_reserve_gib
+                       : *corrections.fragmentation);
+    }
+    check_bounds(mem_params, xm);
+  }
+  for (const auto& [gpu, scale] : corrections.compute_scale) {
+    if (scale < 0.5 || scale > 2.0) {
+      result.warnings.push_back(absl::StrFormat(
+          "compute_scale[%s] = %.4g is more than a factor 2 from the "
+          "profiles: check the runs' framework, precision and plan before "
+          "trusting it",
+          gpu, scale));
+    }
+  }
+  if (corrections.micro_batch_fixed_s || corrections.iteration_fixed_s) {
+    absl::StatusOr<std::pair<double, int>> share =
+        FixedShare(time, corrections);
+    if (!share.ok()) return share.status();
+    if (share->first > kMaxFixedShare) {
+      result.warnings.push_back(absl::StrFormat(
+          "the fitted fixed costs are %.0f%% of run %s's predicted time: "
+          "they are absorbing a compute error, not host overhead",
+          100 * share->first,
+          QuoteForMessage(runs[time_runs[share->second]].label)));
+    }
+  }
+  if (result.time_rms_log_error_after > 0.1) {
+    result.warnings.push_back(absl::StrFormat(
+        "the fitted runs still differ from the predictions by %.3f (rms log "
+        "error, about %.0f%%): the corrections cannot explain them; look at "
+        "the runs with the largest error after",
+        result.time_rms_log_error_after,
+        100 * (std::exp(result.time_rms_log_error_after) - 1)));
+  }
   return result;
 }
 

@@ -124,9 +124,11 @@ struct FitOptions {
   // fixed cost per micro-batch where the runs determine it, and the memory
   // terms the runs with a measured peak determine (context_reserve_gib from
   // one, + fragmentation from two of different size); a term the runs do
-  // not determine is left out with the reason (FitResult::parameters). The
-  // fixed cost per iteration is fitted only when named: it absorbs any
-  // error that grows less than linearly with the compute. Named
+  // not determine is left out with the reason (FitResult::parameters), as
+  // is a fixed cost per micro-batch that, fitted, makes up more than half
+  // of a run's predicted time (a compute error absorbed). The fixed cost
+  // per iteration is fitted only when named: it absorbs any error that
+  // grows less than linearly with the compute. Named
   // explicitly, a parameter the runs do not determine is
   // FailedPrecondition instead.
   std::vector<std::string> parameters;
@@ -158,6 +160,12 @@ struct FitResult {
   // Root mean square of log(predicted / measured) over the fitted runs.
   double time_rms_log_error_before = 0;
   double time_rms_log_error_after = 0;
+  // What a person should check before using the result: a fitted value at
+  // the bound of its range, a compute scale more than a factor 2 from 1,
+  // fixed costs that make up most of a run's predicted time, or a fit that
+  // leaves a large error — each a sign that the corrections absorb an error
+  // of another kind (a wrong framework, plan or profile).
+  std::vector<std::string> warnings;
 };
 
 // Fits the corrections to the runs of options.fit_on. Refuses with

@@ -288,6 +288,37 @@ TEST_F(RunCalibrationTest, RecoversTwoGpuTypesAndHoldsOutARun) {
   EXPECT_EQ(r->fitted_on, (std::vector<std::string>{"a100 pp2", "h100 pp2"}));
 }
 
+TEST_F(RunCalibrationTest, AutomaticFitDropsAFixedCostThatDominates) {
+  std::vector<MeasuredRun> runs = {
+      MakeRun("pp2 mbs4", "A100-80GB", 2, 1, 2, 4, 4),
+      MakeRun("pp2 mbs1", "A100-80GB", 2, 1, 2, 4, 1),
+      MakeRun("tp2 mbs2", "A100-80GB", 2, 2, 1, 4, 2),
+  };
+  // Half a second per micro-batch: most of each run's time.
+  RunCorrections truth;
+  truth.micro_batch_fixed_s = 0.5;
+  Measure(runs, truth, false);
+  absl::StatusOr<FitResult> r = FitCorrections(runs, FitOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->corrections.micro_batch_fixed_s.has_value());
+  bool noted = false;
+  for (const FittedParameter& p : r->parameters) {
+    if (p.name != "micro_batch_fixed_ms") continue;
+    noted = true;
+    EXPECT_FALSE(p.fitted);
+    EXPECT_THAT(p.reason, HasSubstr("fitted (500 ms), it made up"));
+  }
+  EXPECT_TRUE(noted);
+  // Named, it is kept, with a warning.
+  FitOptions o;
+  o.parameters = {"compute_scale", "micro_batch_fixed_ms"};
+  r = FitCorrections(runs, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(*r->corrections.micro_batch_fixed_s, 0.5, 1e-6);
+  ASSERT_FALSE(r->warnings.empty());
+  EXPECT_THAT(r->warnings[0], HasSubstr("the fitted fixed costs are"));
+}
+
 TEST_F(RunCalibrationTest, RefusesOneRunForTwoParameters) {
   std::vector<MeasuredRun> runs = {
       MakeRun("only", "A100-80GB", 2, 1, 2, 4, 4)};
