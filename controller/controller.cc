@@ -1156,24 +1156,24 @@ SwitchOutcome JobController::RunSwitch(SwitchTarget target,
         !s.ok()) {
       LOG(ERROR) << "persisting the commit of generation " << n << ": " << s;
     }
-    {
-      absl::MutexLock lock(&mu_);
-      generation_ = n;
-      cluster_ = target.cluster;
-      plan_ = target.plan;
-      plan_json_ = plan_json;
-      phase_ = "running";
-      last_switch_ = timings;
-      if (!out.status.ok()) error_ = std::string(out.status.message());
-    }
     // The new plan's iterations count from where the old one paused; a
     // first plan from 0, or, restored from a checkpoint, from the first
-    // iteration its ranks report.
+    // iteration its ranks report. Recorded before the phase reads
+    // "running": the caller's follow-up (releasing drained nodes) comes
+    // right after that, as it did before there was a record to write.
     const int64_t first_iteration =
         target.old_plan.has_value() ? out.timings.paused_at_iteration
         : target.checkpoint_dir.empty() ? 0
                                         : -1;
     StartMeasuring(n, target.cluster, target.plan, plan_json, first_iteration);
+    absl::MutexLock lock(&mu_);
+    generation_ = n;
+    cluster_ = target.cluster;
+    plan_ = target.plan;
+    plan_json_ = plan_json;
+    phase_ = "running";
+    last_switch_ = timings;
+    if (!out.status.ok()) error_ = std::string(out.status.message());
   } else {
     (void)store_->ClearSwitch();
     absl::MutexLock lock(&mu_);
