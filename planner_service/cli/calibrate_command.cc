@@ -46,9 +46,9 @@ double Rms(const FitResult& r, bool fitted_on, bool after, bool memory) {
     if (run.fitted_on != fitted_on) continue;
     if (memory && !run.measured_peak_gib) continue;
     const RunPrediction& p = after ? run.after : run.before;
-    const double e =
-        memory ? std::log(p.peak_gib / *run.measured_peak_gib)
-               : std::log(p.iteration_s / run.measured_iteration_s);
+    const double e = memory
+                         ? std::log(p.peak_gib / *run.measured_peak_gib)
+                         : std::log(p.iteration_s / run.measured_iteration_s);
     s += e * e;
     ++n;
   }
@@ -65,8 +65,7 @@ CLI::App* AddCalibrateCommand(CLI::App& app, CalibrateFlags* f) {
   CLI::App* cmd = app.add_subcommand(
       "calibrate",
       "fit the cost model to measured runs (docs/measured-runs.md)");
-  cmd->add_option("--runs", f->runs_file,
-                  "measured-runs file (YAML or JSON)")
+  cmd->add_option("--runs", f->runs_file, "measured-runs file (YAML or JSON)")
       ->required();
   cmd->add_option("--fit-on", f->fit_on,
                   "labels of the runs to fit on, comma-separated (default: "
@@ -94,8 +93,8 @@ std::string RenderFitReport(const FitResult& r) {
   }
   std::string s;
   const std::vector<std::string> head = {
-      "measured s", "before s", "after s", "err before", "err after",
-      "meas GiB", "before GiB", "after GiB", "err before", "err after"};
+      "measured s", "before s",   "after s",   "err before", "err after",
+      "meas GiB",   "before GiB", "after GiB", "err before", "err after"};
   s += Cell("run", label_w + 2) + Cell("set", 10);
   for (const std::string& h : head) s += Cell(h, 12);
   while (!s.empty() && s.back() == ' ') s.pop_back();
@@ -162,8 +161,9 @@ absl::StatusOr<RunCorrections> LoadCalibrationFlag(
   absl::StatusOr<RunCalibrationFile> file =
       LoadRunCalibrationFile(path, *catalog);
   if (!file.ok()) {
-    return absl::Status(file.status().code(),
-                        absl::StrCat("--calibration: ", file.status().message()));
+    return absl::Status(
+        file.status().code(),
+        absl::StrCat("--calibration: ", file.status().message()));
   }
   return file->corrections;
 }
@@ -193,10 +193,10 @@ int RunCalibrateCommand(const CalibrateFlags& f, std::ostream& out,
     return Fail(err, absl::Status(s.code(), msg));
   }
   const int fitted = static_cast<int>(result->fitted_on.size());
-  out << absl::StrFormat("calibrate: %d runs from %s (%d fitted on, %d held "
-                         "out)\n\n",
-                         runs->runs.size(), f.runs_file, fitted,
-                         runs->runs.size() - fitted);
+  out << absl::StrFormat(
+      "calibrate: %d runs from %s (%d fitted on, %d held "
+      "out)\n\n",
+      runs->runs.size(), f.runs_file, fitted, runs->runs.size() - fitted);
   out << RenderFitReport(*result);
   if (!f.out_file.empty()) {
     RunCalibrationFile file;
@@ -216,8 +216,8 @@ int RunCalibrateCommand(const CalibrateFlags& f, std::ostream& out,
       return Fail(err, absl::PermissionDeniedError(
                            absl::StrCat("--out: cannot write ", f.out_file)));
     }
-    out << "wrote " << f.out_file << " (apply with --calibration "
-        << f.out_file << ")\n";
+    out << "wrote " << f.out_file << " (apply with --calibration " << f.out_file
+        << ")\n";
   }
   return kExitOk;
 }

@@ -107,8 +107,7 @@ absl::StatusOr<Plan> ReadRunPlan(const ObjectReader& r,
   ARACHNE_IO_ASSIGN_OR_RETURN(const int tp, p.IntOr("tp", 1, 1, 64));
   ARACHNE_IO_ASSIGN_OR_RETURN(const int pp, p.IntOr("pp", 1, 1, 1024));
   ARACHNE_IO_ASSIGN_OR_RETURN(const int dp, p.Int("dp", 1, 1 << 20));
-  ARACHNE_IO_ASSIGN_OR_RETURN(const int mbs,
-                              p.Int("micro_batch", 1, 1 << 20));
+  ARACHNE_IO_ASSIGN_OR_RETURN(const int mbs, p.Int("micro_batch", 1, 1 << 20));
   absl::StatusOr<Plan> plan =
       MegatronUniformPlan(model, training, cluster, tp, pp, dp, mbs);
   // MegatronUniformPlan's messages start with the field they are about.
@@ -132,8 +131,8 @@ absl::StatusOr<MeasuredRun> ReadRun(const Json& value, absl::string_view file,
   ARACHNE_IO_ASSIGN_OR_RETURN(
       ObjectReader r,
       ObjectReader::Create(
-          value, absl::StrCat(file, ": ", at, " (", QuoteForMessage(run.label),
-                              ")"),
+          value,
+          absl::StrCat(file, ": ", at, " (", QuoteForMessage(run.label), ")"),
           ""));
   ARACHNE_IO_RETURN_IF_ERROR(
       r.AllowOnly({"label", "source", "model", "cluster", "cluster_file",
@@ -145,8 +144,8 @@ absl::StatusOr<MeasuredRun> ReadRun(const Json& value, absl::string_view file,
   if (!r.Has("training")) return r.MissingError("training");
   ARACHNE_IO_ASSIGN_OR_RETURN(run.training, ReadTrainingConfig(r));
   ARACHNE_IO_ASSIGN_OR_RETURN(
-      run.plan, ReadRunPlan(r, base_dir, run.model, run.training,
-                            run.cluster, catalog));
+      run.plan,
+      ReadRunPlan(r, base_dir, run.model, run.training, run.cluster, catalog));
   ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader m, r.Object("measured"));
   ARACHNE_IO_RETURN_IF_ERROR(m.AllowOnly({"iteration_s", "peak_memory_gib"}));
   ARACHNE_IO_ASSIGN_OR_RETURN(run.measured_iteration_s,
@@ -163,11 +162,17 @@ absl::StatusOr<MeasuredRun> ReadRun(const Json& value, absl::string_view file,
 
 absl::StatusOr<Plan> MegatronUniformPlan(const ModelSpec& model,
                                          const TrainingConfig& training,
-                                         const Cluster& cluster, int tp,
-                                         int pp, int dp, int micro_batch) {
-  if (tp < 1) return absl::InvalidArgumentError(absl::StrCat("tp: must be >= 1, got ", tp));
-  if (pp < 1) return absl::InvalidArgumentError(absl::StrCat("pp: must be >= 1, got ", pp));
-  if (dp < 1) return absl::InvalidArgumentError(absl::StrCat("dp: must be >= 1, got ", dp));
+                                         const Cluster& cluster, int tp, int pp,
+                                         int dp, int micro_batch) {
+  if (tp < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp: must be >= 1, got ", tp));
+  if (pp < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("pp: must be >= 1, got ", pp));
+  if (dp < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("dp: must be >= 1, got ", dp));
   if (micro_batch < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("micro_batch: must be >= 1, got ", micro_batch));
@@ -175,21 +180,20 @@ absl::StatusOr<Plan> MegatronUniformPlan(const ModelSpec& model,
   const int64_t gpus = int64_t{tp} * pp * dp;
   if (gpus != cluster.total_gpus()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tp * pp * dp: must be the cluster's GPU count ",
-        cluster.total_gpus(), ", got ", tp, " * ", pp, " * ", dp, " = ",
-        gpus));
+        "tp * pp * dp: must be the cluster's GPU count ", cluster.total_gpus(),
+        ", got ", tp, " * ", pp, " * ", dp, " = ", gpus));
   }
   if (pp > model.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pp: must be at most the model's ", model.num_layers,
-        " layers, got ", pp));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pp: must be at most the model's ", model.num_layers,
+                     " layers, got ", pp));
   }
   const int64_t per_step = int64_t{micro_batch} * dp;
   if (training.global_batch % per_step != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "micro_batch: micro_batch * dp = ", per_step,
-        " must divide the global batch ", training.global_batch,
-        " (Megatron's rule), got micro_batch ", micro_batch));
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro_batch: micro_batch * dp = ", per_step,
+                     " must divide the global batch ", training.global_batch,
+                     " (Megatron's rule), got micro_batch ", micro_batch));
   }
   // Rank -> (node, local GPU), in cluster order.
   std::vector<std::pair<int, int>> ranks;
@@ -211,11 +215,13 @@ absl::StatusOr<Plan> MegatronUniformPlan(const ModelSpec& model,
       for (int k = 0; k < tp; ++k) {
         const auto [node, gpu] = ranks[first + k];
         if (node != place.node) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "tp: the TP group of stage ", s, " replica ", r,
-              " would span nodes ", cluster.node(place.node).name, " and ",
-              cluster.node(node).name, " (tp must divide every node's GPU "
-              "count), got ", tp));
+          return absl::InvalidArgumentError(
+              absl::StrCat("tp: the TP group of stage ", s, " replica ", r,
+                           " would span nodes ", cluster.node(place.node).name,
+                           " and ", cluster.node(node).name,
+                           " (tp must divide every node's GPU "
+                           "count), got ",
+                           tp));
         }
         place.gpus.push_back(gpu);
       }
@@ -225,8 +231,8 @@ absl::StatusOr<Plan> MegatronUniformPlan(const ModelSpec& model,
         t.stages[s].tp = tp;
       } else if (type != t.stages[s].gpu_type) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "pp: stage ", s, " would mix GPU types (replica ", r,
-            " on node ", cluster.node(place.node).name,
+            "pp: stage ", s, " would mix GPU types (replica ", r, " on node ",
+            cluster.node(place.node).name,
             "); a uniform plan needs one type per stage, got pp ", pp));
       }
     }
@@ -261,10 +267,10 @@ absl::StatusOr<MeasuredRunsFile> ParseMeasuredRuns(
         ReadRun((*list)[i], source, i, base_dir, catalog, profiles_dir));
     auto [it, inserted] = index_by_label.emplace(run.label, i);
     if (!inserted) {
-      return FieldError(source, JoinFieldPath(IndexFieldPath("runs", i), "label"),
-                        absl::StrCat("duplicate label ",
-                                     QuoteForMessage(run.label), " (also runs[",
-                                     it->second, "])"));
+      return FieldError(
+          source, JoinFieldPath(IndexFieldPath("runs", i), "label"),
+          absl::StrCat("duplicate label ", QuoteForMessage(run.label),
+                       " (also runs[", it->second, "])"));
     }
     file.runs.push_back(std::move(run));
   }
@@ -275,9 +281,9 @@ absl::StatusOr<MeasuredRunsFile> LoadMeasuredRunsFile(
     const std::string& path, const GpuCatalog& catalog,
     const std::string& profiles_dir) {
   ARACHNE_IO_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  return ParseMeasuredRuns(
-      text, path, std::filesystem::path(path).parent_path().string(), catalog,
-      profiles_dir);
+  return ParseMeasuredRuns(text, path,
+                           std::filesystem::path(path).parent_path().string(),
+                           catalog, profiles_dir);
 }
 
 }  // namespace arachne

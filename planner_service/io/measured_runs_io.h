@@ -57,8 +57,8 @@ struct MeasuredRunsFile {
 // mix GPU types.
 absl::StatusOr<Plan> MegatronUniformPlan(const ModelSpec& model,
                                          const TrainingConfig& training,
-                                         const Cluster& cluster, int tp,
-                                         int pp, int dp, int micro_batch);
+                                         const Cluster& cluster, int tp, int pp,
+                                         int dp, int micro_batch);
 
 // Parses a runs file named `source` (relative cluster_file / plan_file
 // paths resolve against `base_dir`). Models resolve against the catalog of

@@ -10,11 +10,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "glog/logging.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "glog/logging.h"
 #include "planner_service/core/cost_model.h"
 #include "planner_service/core/plan_validation.h"
 #include "planner_service/io/data_files.h"
@@ -112,10 +112,10 @@ class RunPricer {
 
  private:
   RunPricer() = default;
-  static absl::Status Labelled(const MeasuredRun& run,
-                               const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat("run ", QuoteForMessage(run.label),
-                                               ": ", s.message()));
+  static absl::Status Labelled(const MeasuredRun& run, const absl::Status& s) {
+    return absl::Status(
+        s.code(),
+        absl::StrCat("run ", QuoteForMessage(run.label), ": ", s.message()));
   }
 
   const MeasuredRun* run_ = nullptr;
@@ -331,8 +331,8 @@ absl::StatusOr<std::vector<double>> Minimise(const Objective& f,
       step_norm = 0;
       for (size_t k = 0; k < n; ++k) {
         xn[k] = std::clamp(x[k] + delta[k], params[k].lo, params[k].hi);
-        step_norm = std::max(step_norm, std::abs(xn[k] - x[k]) /
-                                            std::max(1.0, std::abs(x[k])));
+        step_norm = std::max(
+            step_norm, std::abs(xn[k] - x[k]) / std::max(1.0, std::abs(x[k])));
       }
       absl::StatusOr<std::vector<double>> rn = f.Residuals(params, xn);
       if (!rn.ok()) return rn.status();
@@ -394,10 +394,10 @@ double Dot(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 struct Confusion {
-  int param = -1;      // the parameter that is not determined
-  int partner = -1;    // the one it is most confused with (-1: none)
-  double sine = 0;     // its distance from the others' span
-  bool zero = false;   // the predictions do not depend on it at all
+  int param = -1;     // the parameter that is not determined
+  int partner = -1;   // the one it is most confused with (-1: none)
+  double sine = 0;    // its distance from the others' span
+  bool zero = false;  // the predictions do not depend on it at all
 };
 
 // The last parameter (in order) whose normalised column lies within
@@ -451,35 +451,30 @@ std::optional<Confusion> FindUndetermined(
   return std::nullopt;
 }
 
-std::string Counts(const std::vector<int>& v) {
-  return absl::StrJoin(v, ", ");
-}
-
 // Why parameter `c.param` is not determined, for the refusal or the note.
 std::string ConfusionReason(const Confusion& c, const std::vector<Param>& p,
                             bool memory) {
   const Param& q = p[c.param];
   if (c.zero) {
-    return absl::StrCat(
-        "no fitted run's predicted ", memory ? "peak memory" : "time",
-        " depends on it",
-        q.kind == ParamKind::kComputeScale
-            ? " (its stages are never on the critical path)"
-            : "");
+    return absl::StrCat("no fitted run's predicted ",
+                        memory ? "peak memory" : "time", " depends on it",
+                        q.kind == ParamKind::kComputeScale
+                            ? " (its stages are never on the critical path)"
+                            : "");
   }
   std::string partner =
       c.partner >= 0 ? p[c.partner].Prose() : std::string("the others");
   std::string what;
   if (q.kind == ParamKind::kMicroBatchFixed) {
-    what = "the runs' micro-batch counts per replica grow in proportion to "
-           "their compute";
+    what =
+        "the runs' micro-batch counts per replica grow in proportion to "
+        "their compute";
   } else if (q.kind == ParamKind::kFragmentation) {
     what = "the fitted runs' predicted tensors are (nearly) the same size";
   } else {
-    what = absl::StrCat("the fitted runs' predicted ",
-                        memory ? "peak memory" : "times",
-                        " change with it in the same proportion as with ",
-                        partner);
+    what = absl::StrCat(
+        "the fitted runs' predicted ", memory ? "peak memory" : "times",
+        " change with it in the same proportion as with ", partner);
   }
   return absl::StrFormat(
       "%s, so it cannot be told apart from %s (sine of the angle between "
@@ -635,10 +630,10 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
     }
     if (!(runs[i].measured_iteration_s > 0) ||
         !std::isfinite(runs[i].measured_iteration_s)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "run ", QuoteForMessage(runs[i].label),
-          ": measured iteration_s must be > 0, got ",
-          runs[i].measured_iteration_s));
+      return absl::InvalidArgumentError(
+          absl::StrCat("run ", QuoteForMessage(runs[i].label),
+                       ": measured iteration_s must be > 0, got ",
+                       runs[i].measured_iteration_s));
     }
   }
   std::vector<bool> on(runs.size(), options.fit_on.empty());
@@ -647,9 +642,9 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
     if (it == by_label.end()) {
       std::vector<std::string> labels;
       for (const MeasuredRun& r : runs) labels.push_back(r.label);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "fit_on: unknown run label ", QuoteForMessage(label), " (runs: ",
-          absl::StrJoin(labels, ", "), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("fit_on: unknown run label ", QuoteForMessage(label),
+                       " (runs: ", absl::StrJoin(labels, ", "), ")"));
     }
     on[it->second] = true;
   }
@@ -965,9 +960,9 @@ absl::StatusOr<RunCalibrationFile> RunCalibrationFromJson(
       {"format", "compute_scale", "framework", "fitted_on", "cluster_note"}));
   ARACHNE_IO_ASSIGN_OR_RETURN(const std::string format, top.String("format"));
   if (format != kRunCalibrationFormat) {
-    return top.Error("format", absl::StrCat("must be \"",
-                                            kRunCalibrationFormat, "\", got ",
-                                            QuoteForMessage(format)));
+    return top.Error(
+        "format", absl::StrCat("must be \"", kRunCalibrationFormat, "\", got ",
+                               QuoteForMessage(format)));
   }
   RunCalibrationFile file;
   if (top.Has("compute_scale")) {
@@ -996,8 +991,8 @@ absl::StatusOr<RunCalibrationFile> RunCalibrationFromJson(
       // The framework field's own range check, so the file and a
       // `framework:` override refuse the same values.
       FrameworkConfig scratch;
-      if (absl::Status st = SetFrameworkField(scratch, name,
-                                              absl::StrFormat("%.17g", v));
+      if (absl::Status st =
+              SetFrameworkField(scratch, name, absl::StrFormat("%.17g", v));
           !st.ok()) {
         return f.Error(name, st.message());
       }

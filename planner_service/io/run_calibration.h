@@ -50,8 +50,8 @@ struct MeasuredRun {
   // Structurally valid for `cluster`; micro-batches need not be balanced
   // (PredictRun balances them as the cost model does).
   Plan plan;
-  double measured_iteration_s = 0;                // > 0
-  std::optional<double> measured_peak_gib;        // max over GPUs, > 0
+  double measured_iteration_s = 0;          // > 0
+  std::optional<double> measured_peak_gib;  // max over GPUs, > 0
 };
 
 // What a fit sets. An absent optional keeps the run's own framework value.

@@ -15,10 +15,10 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "absl/strings/str_format.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/measured_runs_io.h"
 #include "planner_service/io/run_calibration.h"
@@ -69,8 +69,8 @@ std::string SyntheticRuns(const RunCorrections& truth) {
     EXPECT_TRUE(p.ok()) << p.status();
     at = text.find("measured: {", at);
     const size_t close = text.find('}', at);
-    std::string m = absl::StrFormat("measured: {iteration_s: %.17g",
-                                    p->iteration_s);
+    std::string m =
+        absl::StrFormat("measured: {iteration_s: %.17g", p->iteration_s);
     if (run.measured_peak_gib) {
       m += absl::StrFormat(", peak_memory_gib: %.17g", p->peak_gib);
     }
@@ -139,8 +139,7 @@ TEST(CalibrateCliTest, RecoversKnownCorrections) {
   const nlohmann::json j = nlohmann::json::parse(ReadAll(out));
   EXPECT_NEAR(j["compute_scale"]["A100-80GB"].get<double>(), 1.25, 1e-4);
   EXPECT_NEAR(j["framework"]["micro_batch_fixed_ms"].get<double>(), 3, 1e-3);
-  EXPECT_NEAR(j["framework"]["context_reserve_gib"].get<double>(), 2.5,
-              1e-4);
+  EXPECT_NEAR(j["framework"]["context_reserve_gib"].get<double>(), 2.5, 1e-4);
   EXPECT_NEAR(j["framework"]["fragmentation"].get<double>(), 0.05, 1e-5);
 }
 
@@ -173,20 +172,30 @@ TEST(CalibrateCliTest, CalibrationAppliesInEvaluate) {
   std::ofstream(cal) << R"({"format": "arachne-run-calibration-1",
                            "compute_scale": {"A100-80GB": 1.5},
                            "framework": {"micro_batch_fixed_ms": 3}})";
-  const std::string cluster =
-      Source("test/data/measured_runs/a100_2x4.yaml");
+  const std::string cluster = Source("test/data/measured_runs/a100_2x4.yaml");
   // A plan to evaluate: the exact planner's for the runs' model and cluster.
   CliRun plan = Cli({"plan", "--model", "gpt-neo-2.7b", "--cluster", cluster,
                      "--global-batch", "256", "--precision", "fp16",
-                     "--framework", "megatron-deepspeed", "--planner",
-                     "exact", "--format", "json", "--max-depth", "4"});
+                     "--framework", "megatron-deepspeed", "--planner", "exact",
+                     "--format", "json", "--max-depth", "4"});
   ASSERT_EQ(plan.code, 0) << plan.err;
   const std::string plan_file = TempPath("plan.json");
   std::ofstream(plan_file) << plan.out;
-  const std::vector<std::string> base = {
-      "evaluate", "--model", "gpt-neo-2.7b", "--cluster", cluster,
-      "--global-batch", "256", "--precision", "fp16", "--framework",
-      "megatron-deepspeed", "--plan", plan_file, "--format", "json"};
+  const std::vector<std::string> base = {"evaluate",
+                                         "--model",
+                                         "gpt-neo-2.7b",
+                                         "--cluster",
+                                         cluster,
+                                         "--global-batch",
+                                         "256",
+                                         "--precision",
+                                         "fp16",
+                                         "--framework",
+                                         "megatron-deepspeed",
+                                         "--plan",
+                                         plan_file,
+                                         "--format",
+                                         "json"};
   CliRun before = Cli(base);
   ASSERT_EQ(before.code, 0) << before.err;
   std::vector<std::string> with = base;
@@ -224,11 +233,11 @@ TEST(CalibrateCliTest, FrameworkSetWinsOverTheCalibration) {
                            "compute_scale": {"A100-80GB": 1.5},
                            "framework": {"micro_batch_fixed_ms": 3,
                                          "context_reserve_gib": 2.5}})";
-  CliRun r = Cli({"plan", "--model", "gpt-neo-2.7b", "--cluster",
-                  Source("test/data/measured_runs/a100_2x4.yaml"),
-                  "--global-batch", "256", "--planner", "exact",
-                  "--max-depth", "2", "--format", "json", "--calibration",
-                  cal, "--framework-set", "micro_batch_fixed_ms=1"});
+  CliRun r =
+      Cli({"plan", "--model", "gpt-neo-2.7b", "--cluster",
+           Source("test/data/measured_runs/a100_2x4.yaml"), "--global-batch",
+           "256", "--planner", "exact", "--max-depth", "2", "--format", "json",
+           "--calibration", cal, "--framework-set", "micro_batch_fixed_ms=1"});
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json fw =
       nlohmann::json::parse(r.out)["training"]["framework"];

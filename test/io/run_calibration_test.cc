@@ -50,8 +50,8 @@ class RunCalibrationTest : public ::testing::Test {
     run.cluster = MakeCluster(
         "inter_node_gbps: 200\nnode_groups: [{gpu: " + gpu +
         ", gpus_per_node: 4, count: " + std::to_string(nodes) + "}]\n");
-    absl::StatusOr<Plan> p = MegatronUniformPlan(
-        run.model, run.training, run.cluster, tp, pp, dp, mbs);
+    absl::StatusOr<Plan> p = MegatronUniformPlan(run.model, run.training,
+                                                 run.cluster, tp, pp, dp, mbs);
     EXPECT_TRUE(p.ok()) << p.status();
     run.plan = *p;
     return run;
@@ -320,8 +320,7 @@ TEST_F(RunCalibrationTest, AutomaticFitDropsAFixedCostThatDominates) {
 }
 
 TEST_F(RunCalibrationTest, RefusesOneRunForTwoParameters) {
-  std::vector<MeasuredRun> runs = {
-      MakeRun("only", "A100-80GB", 2, 1, 2, 4, 4)};
+  std::vector<MeasuredRun> runs = {MakeRun("only", "A100-80GB", 2, 1, 2, 4, 4)};
   runs[0].measured_iteration_s = 10;
   FitOptions o;
   o.parameters = {"compute_scale", "iteration_fixed_ms"};
@@ -390,8 +389,8 @@ TEST_F(RunCalibrationTest, RefusesTwoTypesThatOnlyRunTogether) {
   run.cluster = MakeCluster(
       "node_groups: [{gpu: A100-80GB, gpus_per_node: 4, count: 1}, "
       "{gpu: H100-80GB, gpus_per_node: 4, count: 1}]");
-  absl::StatusOr<Plan> p = MegatronUniformPlan(run.model, run.training,
-                                               run.cluster, 1, 2, 4, 2);
+  absl::StatusOr<Plan> p =
+      MegatronUniformPlan(run.model, run.training, run.cluster, 1, 2, 4, 2);
   ASSERT_TRUE(p.ok()) << p.status();
   run.plan = *p;
   run.measured_iteration_s = 5;
@@ -403,8 +402,7 @@ TEST_F(RunCalibrationTest, RefusesTwoTypesThatOnlyRunTogether) {
 }
 
 TEST_F(RunCalibrationTest, FitsMemoryOverheadFromOneRun) {
-  std::vector<MeasuredRun> runs = {
-      MakeRun("pp2", "A100-80GB", 2, 1, 2, 4, 2)};
+  std::vector<MeasuredRun> runs = {MakeRun("pp2", "A100-80GB", 2, 1, 2, 4, 2)};
   RunCorrections truth;
   truth.context_reserve_gib = 4.25;
   Measure(runs, truth, true);
@@ -502,8 +500,8 @@ TEST_F(RunCalibrationTest, CalibrationFileRoundTrip) {
 
 std::string CalibrationError(const GpuCatalog& catalog,
                              const std::string& text) {
-  absl::StatusOr<RunCalibrationFile> f = RunCalibrationFromJson(
-      nlohmann::json::parse(text), catalog, "cal.json");
+  absl::StatusOr<RunCalibrationFile> f =
+      RunCalibrationFromJson(nlohmann::json::parse(text), catalog, "cal.json");
   EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument) << text;
   return std::string(f.status().message());
 }
