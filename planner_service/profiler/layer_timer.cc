@@ -211,6 +211,60 @@ struct Builder {
   }
 };
 
+// RMSNorm as the fused kernels (Apex / Transformer Engine) run it: fp32
+// math, and only the input and the fp32 reciprocal RMS kept for the
+// backward. Plain ops would keep the fp32 copy and the normalised values as
+// well, overstating activation memory.
+struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
+  static constexpr double kEps = 1e-5;
+  // fp32 for 16-bit inputs, else the input's own type.
+  static torch::ScalarType Math(const Tensor& x) {
+    return at::promote_types(x.scalar_type(), torch::kFloat);
+  }
+  static Tensor forward(AutogradContext* ctx, Tensor x, Tensor weight) {
+    const Tensor xf = x.to(Math(x));
+    const Tensor rstd = torch::rsqrt(xf.pow(2).mean(-1, true) + kEps);
+    ctx->save_for_backward({x, weight, rstd});
+    return (xf * rstd).to(x.scalar_type()) * weight;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor& x = saved[0];
+    const Tensor& weight = saved[1];
+    const Tensor& rstd = saved[2];
+    const Tensor g = grads[0].to(Math(x));
+    const Tensor xhat = x.to(Math(x)) * rstd;
+    const Tensor gw = (g * xhat).reshape({-1, x.size(-1)}).sum(0);
+    const Tensor gxhat = g * weight.to(Math(x));
+    const Tensor gx = rstd * (gxhat - xhat * (gxhat * xhat).mean(-1, true));
+    return {gx.to(x.scalar_type()), gw.to(weight.scalar_type())};
+  }
+};
+
+// Rotary embedding as a fused kernel runs it: the backward needs only the
+// constant cos / sin tables, not the input.
+struct RotaryFn : public torch::autograd::Function<RotaryFn> {
+  static Tensor RotateHalf(const Tensor& x) {  // (x1, x2) -> (-x2, x1)
+    const int64_t half = x.size(-1) / 2;
+    return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  }
+  static Tensor forward(AutogradContext* ctx, Tensor x, Tensor cos,
+                        Tensor sin) {
+    ctx->save_for_backward({cos, sin});
+    return x * cos + RotateHalf(x) * sin;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor& g = grads[0];
+    // The adjoint of RotateHalf: (g1, g2) -> (g2, -g1).
+    const Tensor gs = g * saved[1];
+    const int64_t half = g.size(-1) / 2;
+    const Tensor back =
+        torch::cat({gs.narrow(-1, half, half), -gs.narrow(-1, 0, half)}, -1);
+    return {g * saved[0] + back, Tensor(), Tensor()};
+  }
+};
+
 // GPT-style models (GeLU MLP) use LayerNorm with biases, learned absolute
 // positions (in the embedding, no rotary) and biases on every projection;
 // LLaMA-style ones (SwiGLU) RMSNorm, rotary embeddings and no biases: the
@@ -225,17 +279,9 @@ struct Norm {
   Tensor operator()(const Tensor& x) const {
     if (layer_norm)
       return torch::layer_norm(x, {x.size(-1)}, weight, bias, 1e-5);
-    // RMSNorm in fp32, as the fused kernels compute it.
-    const Tensor xf = x.to(torch::kFloat);
-    const Tensor r = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + 1e-5);
-    return r.to(x.scalar_type()) * weight;
+    return RmsNormFn::apply(x, weight);
   }
 };
-
-Tensor RotateHalf(const Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
 
 // Causal attention over [b, heads, s, d]: fused (flash / memory-efficient
 // where the device has it) from LibTorch 2.0, materialised before.
@@ -249,9 +295,10 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v) {
   const Tensor mask = torch::ones({s, s}, q.options().dtype(torch::kBool))
                           .triu(1);
   scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
-  const Tensor p = torch::softmax(scores, -1, torch::kFloat)
-                       .to(q.scalar_type());
-  return torch::matmul(p, v);
+  // In the input's type, as Megatron's fused scale-mask-softmax: the one
+  // probabilities tensor is what both the softmax and x V keep (2 bytes per
+  // score in 16-bit, the synthesizer's materialised-attention figure).
+  return torch::matmul(torch::softmax(scores, -1), v);
 #endif
 }
 
@@ -274,10 +321,6 @@ absl::StatusOr<std::unique_ptr<RankLayer>> BuildLayer(
   const int64_t t = r.tp, b = r.mbs, s = r.seq, h = m.hidden;
   const int64_t s_t = s / t;
   const bool gpt = m.mlp == MlpKind::kGelu;
-  // LayerNorm saves its input; RMSNorm saves its fp32 copy (allocated in the
-  // forward, so counted there), which is the input itself in fp32.
-  const bool norm_saves_input =
-      gpt || options.dtype().toScalarType() == torch::kFloat;
   auto layer = std::make_unique<RankLayer>();
   layer->builder.options = options;
   Builder& B = layer->builder;
@@ -321,12 +364,18 @@ absl::StatusOr<std::unique_ptr<RankLayer>> BuildLayer(
         Tensor q = heads(0, qd, heads_t), k = heads(qd, kvd, kv_t),
                v = heads(qd + kvd, kvd, kv_t);
         if (!gpt) {
-          q = q * cos + RotateHalf(q) * sin;
-          k = k * cos + RotateHalf(k) * sin;
+          q = RotaryFn::apply(q, cos, sin);
+          k = RotaryFn::apply(k, cos, sin);
         }
+        // GQA: each KV head serves `groups` query heads (copies; flash
+        // attention kernels with native GQA keep only the KV heads).
+        // Otherwise a contiguous copy, so that the saved V is not a view
+        // keeping the whole QKV output alive.
         if (groups > 1) {
           k = k.repeat_interleave(groups, 1);
           v = v.repeat_interleave(groups, 1);
+        } else {
+          v = v.contiguous();
         }
         const Tensor a =
             CausalAttention(q, k, v).transpose(1, 2).reshape({b, s, qd});
@@ -339,8 +388,7 @@ absl::StatusOr<std::unique_ptr<RankLayer>> BuildLayer(
         return h1 + RowParallel(act, w_down, b_down, t);
       };
       layer->backward = [grad](const Tensor& out) { out.backward(grad); };
-      layer->saved_input_bytes =
-          norm_saves_input ? x.numel() * x.element_size() : 0;
+      layer->saved_input_bytes = x.numel() * x.element_size();
       return layer;
     }
     case LayerKind::kEmbedding: {
@@ -389,8 +437,7 @@ absl::StatusOr<std::unique_ptr<RankLayer>> BuildLayer(
         return (sum_exp.log() - picked).mean();
       };
       layer->backward = [](const Tensor& loss) { loss.backward(); };
-      layer->saved_input_bytes =
-          norm_saves_input ? x.numel() * x.element_size() : 0;
+      layer->saved_input_bytes = x.numel() * x.element_size();
       return layer;
     }
     case LayerKind::kMoeAttention:
@@ -413,6 +460,75 @@ double MsSince(std::chrono::steady_clock::time_point a,
 }
 
 }  // namespace
+
+absl::Status CheckHandWrittenBackwards() {
+  try {
+    torch::manual_seed(7);
+    const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+    // Max |difference| of the gradients of sum(out * probe) w.r.t. `inputs`
+    // between the hand-written function and the plain ops it replaces.
+    auto compare = [&](const std::string& name, std::vector<Tensor> inputs,
+                       const std::function<Tensor(std::vector<Tensor>&)>& mine,
+                       const std::function<Tensor(std::vector<Tensor>&)>& ref)
+        -> absl::Status {
+      std::vector<Tensor> a, b;
+      for (const Tensor& t : inputs) {
+        a.push_back(t.clone().requires_grad_(true));
+        b.push_back(t.clone().requires_grad_(true));
+      }
+      const Tensor out_a = mine(a), out_b = ref(b);
+      const Tensor probe = torch::randn(out_a.sizes(), f64);
+      double worst = (out_a - out_b).abs().max().item<double>();
+      (out_a * probe).sum().backward();
+      (out_b * probe).sum().backward();
+      for (size_t i = 0; i < a.size(); ++i)
+        worst = std::max(
+            worst, (a[i].grad() - b[i].grad()).abs().max().item<double>());
+      if (worst > 1e-9)
+        return absl::InternalError(absl::StrCat(
+            name, ": the hand-written backward differs from autograd's by ",
+            worst));
+      return absl::OkStatus();
+    };
+    const int64_t b = 2, s = 8, h = 6, t = 2;
+    if (absl::Status st = compare(
+            "RMSNorm", {torch::randn({b, s, h}, f64), torch::randn({h}, f64)},
+            [](std::vector<Tensor>& x) { return RmsNormFn::apply(x[0], x[1]); },
+            [](std::vector<Tensor>& x) {
+              return x[0] * torch::rsqrt(x[0].pow(2).mean(-1, true) +
+                                         RmsNormFn::kEps) * x[1];
+            });
+        !st.ok())
+      return st;
+    const Tensor cos = torch::randn({s, h}, f64), sin = torch::randn({s, h}, f64);
+    if (absl::Status st = compare(
+            "rotary", {torch::randn({b, 3, s, h}, f64)},
+            [&](std::vector<Tensor>& x) {
+              return RotaryFn::apply(x[0], cos, sin);
+            },
+            [&](std::vector<Tensor>& x) {
+              return x[0] * cos + RotaryFn::RotateHalf(x[0]) * sin;
+            });
+        !st.ok())
+      return st;
+    return compare(
+        "column-parallel linear",
+        {torch::randn({b, s / t, h}, f64), torch::randn({5, h}, f64)},
+        [&](std::vector<Tensor>& x) {
+          return GatherLinear::apply(x[0], x[1], t);
+        },
+        [&](std::vector<Tensor>& x) {
+          // The stand-in's semantics: the other ranks' shards (copies of
+          // this one) are constants, so the input gradient is this rank's
+          // rows of the full one (its part of the reduce-scatter).
+          std::vector<Tensor> parts = {x[0]};
+          for (int64_t i = 1; i < t; ++i) parts.push_back(x[0].detach());
+          return torch::matmul(torch::cat(parts, 1), x[1].t());
+        });
+  } catch (const c10::Error& e) {
+    return absl::InternalError(e.what_without_backtrace());
+  }
+}
 
 bool CudaAvailable() { return torch::cuda::is_available(); }
 

@@ -52,6 +52,12 @@ struct LayerTiming {
 // FailedPrecondition for --device cuda where LibTorch has no CUDA.
 absl::StatusOr<LayerTiming> TimeLayer(const LayerTimingRequest& request);
 
+// Compares the profiler's hand-written backwards (RMSNorm, rotary
+// embedding, the sequence-parallel column linear) with autograd over the
+// plain ops they replace, in fp64 on CPU; InternalError naming the one that
+// differs. For tests.
+absl::Status CheckHandWrittenBackwards();
+
 // Whether LibTorch sees a CUDA device.
 bool CudaAvailable();
 
