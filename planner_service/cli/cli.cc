@@ -23,6 +23,7 @@
 #include "controller_client/controller_client.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/cli/bench_runner.h"
+#include "planner_service/cli/calibrate_command.h"
 #include "planner_service/cli/controller_status_text.h"
 #include "planner_service/cli/plan_svg.h"
 #include "planner_service/cli/plan_table.h"
@@ -62,6 +63,10 @@ struct InputFlags {
   std::string profiles_dir;
   std::string format = "table";
   std::string svg;  // also write a diagram of the plan here
+  std::string calibration;  // run calibration file (arachne calibrate --out)
+  // evaluate: what the plan was measured at (0: not given).
+  double measured_iteration_s = 0;
+  double measured_peak_gib = 0;
 };
 
 void AddInputFlags(CLI::App* cmd, InputFlags* f) {
@@ -91,6 +96,9 @@ void AddInputFlags(CLI::App* cmd, InputFlags* f) {
                   "directory overriding the built-in profiles/ data");
   cmd->add_option("--format", f->format, "table or json");
   cmd->add_option("--svg", f->svg, "also write an SVG diagram of the plan");
+  cmd->add_option("--calibration", f->calibration,
+                  "apply a run calibration (arachne calibrate --out; "
+                  "docs/measured-runs.md)");
 }
 
 // --server and its credentials, for plan and evaluate.
@@ -198,6 +206,23 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> LoadContext(
   absl::StatusOr<FrameworkConfig> framework = FrameworkFromFlags(f);
   if (!framework.ok()) return framework.status();
   req.training.framework = *std::move(framework);
+  if (!f.calibration.empty()) {
+    absl::StatusOr<RunCorrections> c =
+        LoadCalibrationFlag(f.calibration, f.profiles_dir);
+    if (!c.ok()) return c.status();
+    ApplyCorrections(*c, &req.training, &req.cost_params);
+    // An explicit --framework-set still wins over the calibration's field.
+    absl::StatusOr<FrameworkConfig> flags_only = FrameworkFromFlags(f);
+    for (const std::string& set : f.framework_set) {
+      const std::string name = set.substr(0, set.find('='));
+      absl::StatusOr<std::string> v = FrameworkFieldValue(*flags_only, name);
+      if (!v.ok()) return v.status();
+      if (absl::Status s = SetFrameworkField(req.training.framework, name, *v);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
   return PlanningContext::Create(req);
 }
 
@@ -410,6 +435,13 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
   // the call, so that the whole call stays under a second.
   const bool whole_call_budget =
       !budget_given.has_value() && IsLatencyBudgeted(planner_name);
+  if (!remote.server.empty() && !f.calibration.empty()) {
+    // A request carries the framework but no compute scales.
+    return Fail(err, absl::InvalidArgumentError(
+                         "--calibration: not supported with --server (the "
+                         "planning service takes no compute scales); plan "
+                         "in process"));
+  }
   if (!remote.server.empty()) {
     // 0 leaves that budget to the server, which counts it alike.
     return RunPlanRemote(f, remote, **ctx, planner_name, *objective,
@@ -455,6 +487,13 @@ int RunEvaluate(const InputFlags& f, const RemoteFlags& remote,
   absl::StatusOr<Plan> plan =
       LoadPlanFile(plan_file, (*ctx)->cluster(), (*ctx)->catalog());
   if (!plan.ok()) return Fail(err, plan.status());
+  if (!remote.server.empty() && !f.calibration.empty()) {
+    // A request carries the framework but no compute scales.
+    return Fail(err, absl::InvalidArgumentError(
+                         "--calibration: not supported with --server (the "
+                         "planning service takes no compute scales); plan "
+                         "in process"));
+  }
   if (!remote.server.empty()) {
     absl::StatusOr<std::unique_ptr<PlannerClient>> client =
         ConnectRemote(remote);
@@ -489,6 +528,22 @@ int RunEvaluate(const InputFlags& f, const RemoteFlags& remote,
                                  nullptr);
       !s.ok()) {
     return Fail(err, s);
+  }
+  // Against a measurement (--measured-*): on stderr in json format, so the
+  // plan JSON on stdout stays one document.
+  std::ostream& m = f.format == "json" ? err : out;
+  if (f.measured_iteration_s > 0) {
+    m << absl::StrFormat(
+        "measured iteration: %.4g s, predicted %.4g s, error %s\n",
+        f.measured_iteration_s, p->iteration_time_s,
+        RelativeError(p->iteration_time_s, f.measured_iteration_s));
+  }
+  if (f.measured_peak_gib > 0) {
+    m << absl::StrFormat(
+        "measured peak memory: %.4g GiB per GPU, predicted %.4g GiB (max "
+        "over stages), error %s\n",
+        f.measured_peak_gib, p->max_memory_gib,
+        RelativeError(p->max_memory_gib, f.measured_peak_gib));
   }
   return kExitOk;
 }
@@ -919,6 +974,14 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   AddRemoteFlags(evaluate, &eval_remote);
   evaluate->add_option("--plan", plan_file, "plan JSON (as plan --format json)")
       ->required();
+  evaluate->add_option("--measured-iteration-s", eval_flags.measured_iteration_s,
+                       "measured iteration time: print the prediction's "
+                       "relative error against it")
+      ->check(CLI::PositiveNumber);
+  evaluate->add_option("--measured-peak-gib", eval_flags.measured_peak_gib,
+                       "measured peak memory per GPU (GiB): print the "
+                       "prediction's relative error against it")
+      ->check(CLI::PositiveNumber);
 
   CLI::App* profile = app.add_subcommand("profile", "profile entries");
   profile->require_subcommand(1);
@@ -959,6 +1022,9 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   gpus->add_option("--format", list_format, "table or json");
   gpus->add_option("--profiles-dir", profiles_dir, "override profiles/ data");
 
+  CalibrateFlags run_calibrate_flags;
+  CLI::App* run_calibrate = AddCalibrateCommand(app, &run_calibrate_flags);
+
   BenchFlags bench_flags;
   CLI::App* bench = app.add_subcommand(
       "bench", "run planners over the evaluation suite (bench/scenarios)");
@@ -998,6 +1064,10 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
                     "suite directory)");
   bench->add_flag("--no-plots", bench_flags.no_plots,
                   "write the CSV and Markdown results only");
+  std::string bench_calibration;
+  bench->add_option("--calibration", bench_calibration,
+                    "apply a run calibration (arachne calibrate --out) to "
+                    "every scenario");
 
   // The live job: a running arachne-controller (docs/cli.md#the-live-job).
   ControllerFlags status_flags;
@@ -1108,7 +1178,18 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
     return RunDrain(drain_flags, drain_node, drain_deadline_s, out, err);
   }
   if (*replan) return RunReplan(replan_flags, replan_reason, out, err);
-  if (*bench) return RunBenchCommand(bench_flags, out, err);
+  if (*bench) {
+    if (!bench_calibration.empty()) {
+      absl::StatusOr<RunCorrections> c = LoadCalibrationFlag(
+          bench_calibration, bench_flags.options.profiles_dir);
+      if (!c.ok()) return Fail(err, c.status());
+      bench_flags.options.calibration = *std::move(c);
+    }
+    return RunBenchCommand(bench_flags, out, err);
+  }
+  if (*run_calibrate) {
+    return RunCalibrateCommand(run_calibrate_flags, out, err);
+  }
   if (*models) return RunModels(profiles_dir, list_format, out, err);
   if (*gpus) return RunGpus(profiles_dir, list_format, out, err);
   return kExitInternal;
