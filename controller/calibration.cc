@@ -170,6 +170,12 @@ CorrectionsFit OnlineCalibration::Fit(
                       fit->time_rms_log_error_before,
                       fit->time_rms_log_error_after, 100 * worst),
       memory_note, left_out.empty() ? "" : "; ", absl::StrJoin(left_out, "; "));
+  // The fit's own warnings (a value at its bound, a scale far from 1, ...):
+  // an operator reads them before trusting the corrections.
+  out.warnings = fit->warnings;
+  if (!fit->warnings.empty()) {
+    absl::StrAppend(&out.note, "; warning: ", absl::StrJoin(fit->warnings, "; warning: "));
+  }
   return out;
 }
 

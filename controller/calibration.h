@@ -31,6 +31,9 @@ struct CorrectionsFit {
   // One line: "fitted on 2 generations (1, 2); iteration_fixed_ms left out:
   // ..." or why the fit was refused.
   std::string note;
+  // FitResult::warnings: signs that the corrections absorb another error
+  // (also at the end of `note`).
+  std::vector<std::string> warnings;
   // The fitted generations' predictions with the new corrections, in the
   // order of `generations` (FitResult::runs' `after`).
   std::vector<RunPrediction> after;

@@ -103,6 +103,23 @@ TEST(OnlineCalibration, OneMeasuredGenerationFitsItsComputeScale) {
   EXPECT_NEAR(raw->iteration_s, job.raw_iteration_s, 1e-12);
 }
 
+// CPU ranks standing in for A6000s run ~500 times slower than the
+// profiles: the fit holds the compute scale at its bound, and its warning
+// reaches the note an operator reads in `arachne status`.
+TEST(OnlineCalibration, AFitHeldAtItsBoundSaysSoInTheNote) {
+  const Job job;
+  OnlineCalibration cal(job.catalog, job.model, job.training, "", 3);
+  const double measured = 500 * job.raw_iteration_s;
+  const CorrectionsFit fit = cal.Fit({job.Record(1, 5, measured)});
+  ASSERT_TRUE(fit.status.ok()) << fit.status << " " << fit.note;
+  EXPECT_FALSE(fit.warnings.empty());
+  EXPECT_THAT(fit.note, HasSubstr("; warning: "));
+  ASSERT_EQ(fit.after.size(), 1u);
+  // Far from the measured time: the bound, not the fit, decides.
+  EXPECT_LT(fit.after[0].iteration_s, 0.2 * measured);
+  EXPECT_THAT(fit.note, HasSubstr("corrected iteration times within"));
+}
+
 TEST(OnlineCalibration, TheStoredFormReadsBackWithItsGenerations) {
   const Job job;
   OnlineCalibration cal(job.catalog, job.model, job.training, "", 3);
