@@ -765,6 +765,17 @@ CalibrationParams CalibrationSet::For(const GpuType& gpu) const {
   return For(MapUnmeasuredGpu(gpu));
 }
 
+CalibrationReport CalibrationReport::MappingRuleForm() const {
+  CalibrationReport r = *this;
+  r.rule.reset();
+  r.derived.clear();
+  r.logo.clear();
+  r.logo_all = LogoResult{};
+  r.mapping = old_mapping;
+  r.notes = old_notes;
+  return r;
+}
+
 CalibrationSet CalibrationReport::ToSet() const {
   CalibrationSet set;
   set.defaults = defaults;
@@ -912,6 +923,7 @@ absl::StatusOr<CalibrationReport> Calibrate(
   for (const auto& [gpu, n] : skipped)
     report.notes.push_back(absl::StrCat(
         n, " rows of Cephalo GPU ", gpu, " skipped: no catalog type"));
+  report.old_notes = report.notes;
   if (by_gpu.empty())
     return absl::FailedPreconditionError(
         "calibrate: no measured row maps to a catalog GPU type");
@@ -1026,8 +1038,20 @@ absl::StatusOr<CalibrationReport> Calibrate(
     report.mapping[id] = target;
   }
   for (const GpuType& t : catalog.types()) {
-    if (by_gpu.contains(t.id) || report.mapping.contains(t.id)) continue;
+    if (by_gpu.contains(t.id)) continue;
+    // The old mapping rule (the shipped default form), overrides first.
     const std::string target = MapUnmeasuredGpu(t);
+    if (auto o = report.mapping.find(t.id); o != report.mapping.end()) {
+      report.old_mapping[t.id] = o->second;
+      continue;
+    }
+    if (by_gpu.contains(target)) {
+      report.old_mapping[t.id] = target;
+    } else {
+      report.old_notes.push_back(absl::StrCat(
+          t.id, " maps to ", target,
+          ", which has no measurements: it uses the defaults"));
+    }
     if (report.rule.has_value()) {
       DerivedGpu d;
       d.gpu_id = t.id;
@@ -1151,7 +1175,8 @@ std::string StatsCells(const ErrorStats& s) {
 }
 }  // namespace
 
-std::string RenderCalibrationMarkdown(const CalibrationReport& r) {
+std::string RenderCalibrationMarkdown(const CalibrationReport& r,
+                                      const UnmeasuredGpuExamples& examples) {
   std::string md;
   absl::StrAppend(&md, R"(# Calibration of the profile synthesizer
 
@@ -1162,20 +1187,26 @@ Arachne fills missing per-layer profiles with an analytical roofline
 (`planner_service/core/profile_synthesizer.h`). Its efficiency constants are
 fitted per GPU type to 1,276 published per-layer measurements from Cephalo
 (`profiles/reference/cephalo/layer-latency.csv`, see the README there) and
-shipped in `profiles/calibration.json`.
+shipped in `profiles/calibration.json`. GPU types without measurements get
+theirs by the old mapping rule in the shipped default and by the derived
+rule in the opt-in `profiles/reference/calibration-derived.json`
+([GPUs without measurements](#gpus-without-measurements)).
 
 ## Reproduce
 
 ```
-ARACHNE_UPDATE_CALIBRATION=1 build-prof/test/calibration_test --gtest_filter='ShippedCalibration.*'
+ARACHNE_UPDATE_CALIBRATION=1 build/test/calibration_test --gtest_filter='ShippedCalibration.*'
 ```
 
-rewrites `profiles/calibration.json` and this file from the CSV and the GPU
-catalog (`arachne profile calibrate` runs the same code,
-`CalibrateFiles` in `planner_service/io/profile_io.h`). Without the
-variable the test recomputes the fit and checks both files against it
-(parameters and every error figure to 1e-6). It is deterministic and takes
-a few seconds on one core.
+rewrites `profiles/calibration.json` (old mapping rule),
+`profiles/reference/calibration-derived.json` (derived rule) and this file
+from the CSV, the GPU catalog and the model catalog (`CalibrateFiles` in
+`planner_service/io/profile_io.h`; `arachne profile calibrate --measured
+CSV --out FILE --report FILE` runs the same code and writes the default
+form and the report). Without the variable the test recomputes the fit and
+checks the three files against it: calibration.json byte for byte, the
+derived file and this file's figures to 1e-6. It is deterministic and
+takes a few seconds on one core.
 
 ## Model
 
@@ -1291,6 +1322,38 @@ any row. Held-out: parameters fitted without the held-out series.
   absl::StrAppend(&md, R"(
 ## GPUs without measurements
 
+Two rules give a catalog type without measurements its parameters.
+
+**The shipped default, `profiles/calibration.json`, uses the old mapping
+rule**, because the shipped learned policies (`profiles/policies/`) were
+trained on it: their profile fingerprint (`ProfileSetFingerprint`,
+[learned-policy.md](learned-policy.md)) covers the exact text of
+calibration.json, so with any other file the learned planner refuses every
+shipped policy and planning falls back to template-search (the local
+`arachne plan` is an exception, below). The derived rule predicts held-out
+measured types better (leave-one-GPU-out below: pooled, and on each but
+A6000) and ships as an opt-in alternative,
+`profiles/reference/calibration-derived.json` (profiles/reference/ is not
+built into the binaries); it becomes the default when the policies are
+retrained on it.
+
+### Shipped default: the old mapping
+
+A type takes the efficiencies of a measured type (fractions of its own
+peak and bandwidth, so nothing is scaled): the explicit table
+`DefaultGpuMapping()`, else by product name (V100/T4 → V100-16GB,
+P100/P40 → P100, A100 by memory), else HBM ≥ 1500 GB/s data-centre parts
+(H100, H200, B200, MI300X) → A100-80GB, else (workstation and inference
+Ampere/Ada/Blackwell cards) → A6000. Mapping written to calibration.json:
+
+| GPU | takes parameters of |
+|---|---|
+)");
+  for (const auto& [id, target] : r.old_mapping)
+    absl::StrAppend(&md, "| ", id, " | ", target, " |\n");
+  absl::StrAppend(&md, R"(
+### Opt-in: the derived rule
+
 Rule (`DeriveUnmeasuredGpuRule` / `ApplyUnmeasuredGpuRule`): a type's GEMM
 efficiency follows its own published matmul throughput instead of a
 neighbour's fitted value,
@@ -1336,7 +1399,7 @@ bf16 where the part has it, else fp16.
     absl::StrAppend(
         &md,
         absl::StrFormat(
-            "Shipped rule (from %s): gemm_eff_per_matmul %.4f, "
+            "Derived rule (from %s): gemm_eff_per_matmul %.4f, "
             "fp32_eff_per_matmul %.4f, fallback matmul fraction %.4f "
             "(low-power class %.4f, FP32 %.4f), gemm_half_us %.4f, "
             "attn_eff_rel %.4f, mem_eff %.4f, bwd_eff_rel %.4f, "
@@ -1346,6 +1409,62 @@ bf16 where the part has it, else fp16.
             u.matmul_fraction_low_power, u.fp32_matmul_fraction,
             u.gemm_half_us, u.attn_eff_rel, u.mem_eff, u.bwd_eff_rel,
             u.layer_overhead_us));
+  }
+  absl::StrAppend(&md, R"(#### Planning with the derived rule
+
+Use a profiles directory whose calibration.json is the derived file
+(`--profiles-dir` overrides the built-in data file by file):
+
+```
+cp -r profiles /tmp/p
+cp profiles/reference/calibration-derived.json /tmp/p/calibration.json
+arachne plan --profiles-dir /tmp/p --model llama3-8b --cluster examples/a100-h100-64.yaml
+arachne-planner --profiles-dir /tmp/p      # the planning service
+```
+
+The learned planner then refuses the shipped policies until they are
+retrained on that directory: their fingerprint is of the default
+calibration.json, and planning falls back to template-search
+(`planner: template-search (no learned policy serves model "llama3-8b":
+... checkpoint was trained on another profile set ...; retrain it)`). One
+exception: the local `arachne plan` checks the fingerprint against the
+built-in calibration.json whatever `--profiles-dir` says
+(planner_service/cli/main.cc registers the policy factory without it), so
+it still prints `planner: learned` and steers the search over the derived
+costs with policies trained on the mapping rule's; give it `--planner
+template-search` to plan without them, and serve retrained policies with
+`arachne-planner`. Retrain each shipped policy on the directory with the
+settings in its `.json`'s `training`
+([learned-policy.md](learned-policy.md#training)), e.g.
+
+```
+arachne train --model llama3-8b --compositions 32 --episodes 48960 --seed 3 \
+    --profiles-dir /tmp/p --out /tmp/p/policies/llama3-8b.pt
+arachne train --models llama3-8b,qwen3-32b,mixtral-8x7b,qwen3-30b-a3b,gpt-neo-2.7b,gpt3-175b \
+    --generated-models 26 --compositions 96 --seed 1 --time-limit 2400 \
+    --profiles-dir /tmp/p --out /tmp/p/policies/general.pt
+arachne-planner --profiles-dir /tmp/p --policies-dir /tmp/p/policies
+```
+
+(likewise gpt-neo-2.7b, mixtral-8x7b, qwen3-30b-a3b and qwen3-32b). To make
+the derived rule the default, write it to profiles/calibration.json and
+ship the retrained policies with it.
+
+)");
+  if (!examples.rows.empty()) {
+    absl::StrAppend(
+        &md, "What it changes, for example a ", examples.what,
+        ",\nfwd+bwd ms (`arachne profile show` on the default profiles and "
+        "on /tmp/p):\n\n"
+        "| GPU | default copies | default (mapping) ms | derived ms | "
+        "derived / default |\n|---|---|---|---|---|\n");
+    for (const UnmeasuredGpuExample& e : examples.rows)
+      absl::StrAppend(
+          &md, absl::StrFormat("| %s | %s | %.2f | %.2f | %.2f |\n", e.gpu_id,
+                               e.mapping_source, e.mapping_ms, e.derived_ms,
+                               e.mapping_ms > 0 ? e.derived_ms / e.mapping_ms
+                                                : 0.0));
+    absl::StrAppend(&md, "\n");
   }
   absl::StrAppend(&md, R"(### Leave-one-GPU-out
 
@@ -1389,7 +1508,7 @@ fwd+bwd per row, percent.
   absl::StrAppend(&md, R"(
 ### Catalog types without measurements
 
-Written to calibration.json (`derived`). An entry in its `mapping`
+Written to calibration-derived.json (`derived`). An entry in its `mapping`
 (unfitted id → fitted id; `Calibrate`'s overrides) copies a fitted type
 instead and wins over the derived parameters.
 

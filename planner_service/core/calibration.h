@@ -51,11 +51,13 @@ absl::StatusOr<std::vector<MeasuredLayer>> ParseMeasuredLayerCsv(
 // P100); NotFound for other keys.
 absl::StatusOr<std::string> CephaloGpuToCatalogId(absl::string_view key);
 
-// The OLD rule for GPU types without measurements, kept as the
-// leave-one-GPU-out baseline and as the fallback of a calibration.json that
-// carries no unmeasured_rule: copy the efficiencies of a measured type
-// (fractions of each type's own peak/bandwidth, so nothing is scaled).
-// Explicit ids first; other catalog types by rule (see MapUnmeasuredGpu).
+// The OLD (mapping) rule for GPU types without measurements: the shipped
+// default (profiles/calibration.json's `mapping`, see
+// CalibrationReport::MappingRuleForm), the leave-one-GPU-out baseline and
+// the fallback of a calibration.json that carries no unmeasured_rule: copy
+// the efficiencies of a measured type (fractions of each type's own
+// peak/bandwidth, so nothing is scaled). Explicit ids first; other catalog
+// types by rule (see MapUnmeasuredGpu).
 const std::map<std::string, std::string>& DefaultGpuMapping();
 // The measured id `gpu` takes parameters from under the old rule: the
 // explicit table, else product-name rules (V100/T4/Titan V -> V100-16GB;
@@ -91,7 +93,9 @@ struct CalibrationDonor {
   bool attn_fitted = false;  // had fused-attention rows (attn_eff_rel fitted)
 };
 
-// The NEW rule for a GPU type without layer measurements. The GEMM
+// The NEW (derived) rule for a GPU type without layer measurements, opt-in:
+// profiles/reference/calibration-derived.json carries it (docs/calibration.md
+// says how to plan with it). The GEMM
 // efficiency follows the type's own published matmul throughput:
 //   gemm_eff_max = gemm_eff_per_matmul * matmul_tflops / peak_bf16_tflops
 // (gemm_eff_per_matmul = how much of a square-matmul benchmark the measured
@@ -218,9 +222,22 @@ struct CalibrationReport {
   std::vector<LogoResult> logo;                // per fitted type, by id
   LogoResult logo_all;                         // pooled over their rows
   std::vector<std::string> notes;              // skipped rows etc.
+  // The old mapping rule, kept beside the derived one: every unfitted
+  // catalog id -> the fitted id it copies (MapUnmeasuredGpu, overrides
+  // first), and that form's notes (skipped rows, targets without
+  // measurements). MappingRuleForm() builds the report from them.
+  std::map<std::string, std::string> old_mapping;
+  std::vector<std::string> old_notes;
 
-  // The shipped form: fitted + mapped parameters.
+  // The parameters this report gives planning: fitted + derived + mapped.
   CalibrationSet ToSet() const;
+  // The same fit with the OLD mapping rule for unmeasured types: no rule,
+  // no derived types, no leave-one-GPU-out; mapping = old_mapping. This is
+  // the shipped default profiles/calibration.json: the shipped learned
+  // policies were trained on it (their profile fingerprint covers the file's
+  // text), so it stays until they are retrained. The derived form (this
+  // report as is) ships as profiles/reference/calibration-derived.json.
+  CalibrationReport MappingRuleForm() const;
 };
 
 // Fits CalibrationParams per catalog GPU id by Nelder-Mead on the mean
@@ -246,9 +263,28 @@ LayerTime PredictMeasuredLayer(const MeasuredLayer& row, const GpuType& gpu,
 // True when the series is held out (FNV-1a 64 of SeriesKey() % 5 == 0).
 bool IsHeldOutSeries(absl::string_view series_key);
 
-// docs/calibration.md: method, per-GPU error table, mapping, parameters and
-// the reproduction command.
-std::string RenderCalibrationMarkdown(const CalibrationReport& report);
+// One layer on one unmeasured GPU type under each rule, for the doc: the
+// same synthesized fwd+bwd with the old mapping's parameters and with the
+// derived ones.
+struct UnmeasuredGpuExample {
+  std::string gpu_id;
+  std::string mapping_source;  // fitted id the old mapping copies
+  double mapping_ms = 0;       // fwd+bwd under the shipped default (mapping)
+  double derived_ms = 0;       // fwd+bwd under the derived rule
+};
+// What the examples price, e.g. "llama3-8b dense layer, tp 1, mbs 1, seq 4096".
+struct UnmeasuredGpuExamples {
+  std::string what;
+  std::vector<UnmeasuredGpuExample> rows;
+};
+
+// docs/calibration.md: method, per-GPU error table, parameters, the shipped
+// default (old mapping) and the opt-in derived rule with its
+// leave-one-GPU-out check, the reproduction command, and `examples` when
+// given. `report` is the derived form (Calibrate's result).
+std::string RenderCalibrationMarkdown(
+    const CalibrationReport& report,
+    const UnmeasuredGpuExamples& examples = {});
 
 }  // namespace arachne
 

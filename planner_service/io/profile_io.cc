@@ -17,7 +17,9 @@
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/core/csv.h"
+#include "planner_service/core/profile_synthesizer.h"
 #include "planner_service/io/data_files.h"
+#include "planner_service/io/model_io.h"
 
 namespace arachne {
 namespace {
@@ -278,13 +280,17 @@ std::string CalibrationReportToJson(const CalibrationReport& r) {
     rule["donors"] = r.rule->donors;
     j["unmeasured_rule"] = rule;
   }
+  // The mapping-rule form (the shipped default) has none of the three and
+  // is written as before the rule existed.
+  const bool derived_form =
+      r.rule.has_value() || !r.derived.empty() || !r.logo.empty();
   json derived = json::object();
   for (const DerivedGpu& d : r.derived)
     derived[d.gpu_id] = {{"params", ParamsToJson(d.params)},
                          {"basis", d.basis},
                          {"matmul_fraction", d.matmul_fraction},
                          {"old_rule_copied", d.old_source}};
-  j["derived"] = derived;
+  if (derived_form) j["derived"] = derived;
   json logo = json::array();
   for (const LogoResult& l : r.logo)
     logo.push_back({{"gpu", l.gpu_id},
@@ -297,7 +303,7 @@ std::string CalibrationReportToJson(const CalibrationReport& r) {
                     {"best_source", l.best_source},
                     {"best_median_pct", l.best_median},
                     {"best_mean_pct", l.best_mean}});
-  j["leave_one_gpu_out"] = logo;
+  if (derived_form) j["leave_one_gpu_out"] = logo;
   json mapping = json::object();
   for (const auto& [id, target] : r.mapping) mapping[id] = target;
   j["mapping"] = mapping;
@@ -399,10 +405,56 @@ absl::StatusOr<CalibrationSet> LoadCalibration(const std::string& profiles_dir) 
   return ParseCalibrationJson(*text, "calibration.json");
 }
 
-absl::StatusOr<CalibrationReport> CalibrateFiles(const std::string& csv_path,
-                                                 const GpuCatalog& catalog,
-                                                 const std::string& json_out,
-                                                 const std::string& markdown_out) {
+const std::vector<std::string>& UnmeasuredExampleGpus() {
+  static const auto* kGpus = new std::vector<std::string>{
+      "T4", "L4", "L40S", "H100-80GB", "B200", "MI300X"};
+  return *kGpus;
+}
+
+absl::StatusOr<UnmeasuredGpuExamples> ComputeUnmeasuredGpuExamples(
+    const CalibrationReport& report, const GpuCatalog& catalog,
+    const std::string& profiles_dir) {
+  absl::StatusOr<ModelSpec> model =
+      ResolveModel(kUnmeasuredExampleModel, profiles_dir);
+  if (!model.ok()) return model.status();
+  const CalibrationReport mapping_form = report.MappingRuleForm();
+  const CalibrationSet mapping = mapping_form.ToSet();
+  const CalibrationSet derived = report.ToSet();
+  UnmeasuredGpuExamples ex;
+  ex.what = absl::StrCat(kUnmeasuredExampleModel, " dense layer (tp 1, mbs ",
+                         kUnmeasuredExampleMbs, ", seq ",
+                         kUnmeasuredExampleSeq, ")");
+  for (const std::string& id : UnmeasuredExampleGpus()) {
+    absl::StatusOr<int> idx = catalog.IndexOf(id);
+    if (!idx.ok()) continue;  // a custom catalog without it
+    const GpuType& gpu = catalog.type(*idx);
+    auto time = [&](const CalibrationSet& set) -> absl::StatusOr<double> {
+      absl::StatusOr<ProfileEntry> e =
+          ProfileSynthesizer(set.For(gpu))
+              .Synthesize(*model, LayerKind::kDense, gpu, /*tp=*/1,
+                          kUnmeasuredExampleMbs, kUnmeasuredExampleSeq);
+      if (!e.ok()) return e.status();
+      return e->fwd_ms + e->bwd_ms;
+    };
+    UnmeasuredGpuExample row;
+    row.gpu_id = gpu.id;
+    auto src = mapping_form.mapping.find(gpu.id);
+    row.mapping_source =
+        src == mapping_form.mapping.end() ? "defaults" : src->second;
+    absl::StatusOr<double> a = time(mapping), b = time(derived);
+    if (!a.ok()) return a.status();
+    if (!b.ok()) return b.status();
+    row.mapping_ms = *a;
+    row.derived_ms = *b;
+    ex.rows.push_back(std::move(row));
+  }
+  return ex;
+}
+
+absl::StatusOr<CalibrationReport> CalibrateFiles(
+    const std::string& csv_path, const GpuCatalog& catalog,
+    const std::string& json_out, const std::string& markdown_out,
+    const std::string& derived_json_out) {
   absl::StatusOr<std::string> csv = ReadFileToString(csv_path);
   if (!csv.ok()) return csv.status();
   absl::StatusOr<std::vector<MeasuredLayer>> rows = ParseMeasuredLayerCsv(*csv);
@@ -421,12 +473,23 @@ absl::StatusOr<CalibrationReport> CalibrateFiles(const std::string& csv_path,
     return absl::OkStatus();
   };
   if (!json_out.empty()) {
-    if (absl::Status s = write(json_out, CalibrationReportToJson(*report));
+    if (absl::Status s =
+            write(json_out, CalibrationReportToJson(report->MappingRuleForm()));
+        !s.ok())
+      return s;
+  }
+  if (!derived_json_out.empty()) {
+    if (absl::Status s =
+            write(derived_json_out, CalibrationReportToJson(*report));
         !s.ok())
       return s;
   }
   if (!markdown_out.empty()) {
-    if (absl::Status s = write(markdown_out, RenderCalibrationMarkdown(*report));
+    absl::StatusOr<UnmeasuredGpuExamples> ex =
+        ComputeUnmeasuredGpuExamples(*report, catalog);
+    if (!ex.ok()) return ex.status();
+    if (absl::Status s =
+            write(markdown_out, RenderCalibrationMarkdown(*report, *ex));
         !s.ok())
       return s;
   }

@@ -48,17 +48,36 @@ absl::StatusOr<CalibrationSet> ParseCalibrationJson(
     absl::string_view text, absl::string_view source = "calibration.json");
 absl::StatusOr<CalibrationSet> LoadCalibration(
     const std::string& profiles_dir = "");
-// The shipped form of a report: defaults, fitted params + fit metadata and
-// errors per GPU, mapping, overall errors.
+// A report as calibration.json: defaults, fitted params + fit metadata and
+// errors per GPU, mapping, overall errors; with a rule also unmeasured_rule,
+// derived and leave_one_gpu_out (written only when the report has a rule or
+// derived types or a leave-one-GPU-out result, so report.MappingRuleForm()
+// renders the shipped default file exactly as before the derived rule).
 std::string CalibrationReportToJson(const CalibrationReport& report);
 
+// The model, GPUs and shape of the doc's old-vs-derived per-layer examples.
+inline constexpr absl::string_view kUnmeasuredExampleModel = "llama3-8b";
+inline constexpr int kUnmeasuredExampleMbs = 1;
+inline constexpr int kUnmeasuredExampleSeq = 4096;
+const std::vector<std::string>& UnmeasuredExampleGpus();
+// Synthesized fwd+bwd of one dense kUnmeasuredExampleModel layer (tp 1) on
+// each of UnmeasuredExampleGpus() under report.MappingRuleForm().ToSet()
+// and under report.ToSet(): what `arachne profile show` prints on the two
+// profile sets. The model comes from the catalog of `profiles_dir`.
+absl::StatusOr<UnmeasuredGpuExamples> ComputeUnmeasuredGpuExamples(
+    const CalibrationReport& report, const GpuCatalog& catalog,
+    const std::string& profiles_dir = "");
+
 // `arachne profile calibrate`: reads the Cephalo CSV at `csv_path`,
-// calibrates against `catalog` and, for each non-empty path, writes the JSON
-// (profiles/calibration.json) and the markdown report (docs/calibration.md).
-absl::StatusOr<CalibrationReport> CalibrateFiles(const std::string& csv_path,
-                                                 const GpuCatalog& catalog,
-                                                 const std::string& json_out,
-                                                 const std::string& markdown_out);
+// calibrates against `catalog` and, for each non-empty path, writes the
+// shipped default JSON (profiles/calibration.json: the old mapping rule,
+// report.MappingRuleForm()), the markdown report (docs/calibration.md, with
+// ComputeUnmeasuredGpuExamples) and the derived-rule JSON
+// (profiles/reference/calibration-derived.json). Returns the derived form.
+absl::StatusOr<CalibrationReport> CalibrateFiles(
+    const std::string& csv_path, const GpuCatalog& catalog,
+    const std::string& json_out, const std::string& markdown_out,
+    const std::string& derived_json_out = "");
 
 }  // namespace arachne
 

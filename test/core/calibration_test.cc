@@ -27,6 +27,8 @@ using ::testing::HasSubstr;
 const std::string kSrc = ARACHNE_SOURCE_DIR;
 const std::string kCsv = kSrc + "/profiles/reference/cephalo/layer-latency.csv";
 const std::string kJson = kSrc + "/profiles/calibration.json";
+const std::string kDerivedJson =
+    kSrc + "/profiles/reference/calibration-derived.json";
 const std::string kDoc = kSrc + "/docs/calibration.md";
 
 std::string ReadRepoFile(const std::string& path) {
@@ -164,16 +166,19 @@ void ExpectStatsEq(const nlohmann::json& j, const ErrorStats& s,
 }
 
 // Recomputes the shipped calibration from the CSV and the shipped GPU
-// catalog and checks profiles/calibration.json and docs/calibration.md
-// against it. With ARACHNE_UPDATE_CALIBRATION=1 it rewrites both instead.
+// catalog and checks profiles/calibration.json (the old mapping rule, byte
+// for byte), profiles/reference/calibration-derived.json (the derived rule)
+// and docs/calibration.md against it. With ARACHNE_UPDATE_CALIBRATION=1 it
+// rewrites the three instead.
 TEST(ShippedCalibration, ReproducesJsonAndDocs) {
   absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog();
   ASSERT_TRUE(catalog.ok()) << catalog.status();
   const char* update = std::getenv("ARACHNE_UPDATE_CALIBRATION");
   if (update != nullptr && std::string(update) == "1") {
-    auto r = CalibrateFiles(kCsv, *catalog, kJson, kDoc);
+    auto r = CalibrateFiles(kCsv, *catalog, kJson, kDoc, kDerivedJson);
     ASSERT_TRUE(r.ok()) << r.status();
-    GTEST_SKIP() << "rewrote " << kJson << " and " << kDoc;
+    GTEST_SKIP() << "rewrote " << kJson << ", " << kDerivedJson << " and "
+                 << kDoc;
   }
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<MeasuredLayer> rows = ShippedRows();
@@ -185,10 +190,32 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
   ASSERT_EQ(report->gpus.size(), 5u);
   EXPECT_EQ(report->overall.rows, 1276);
 
-  // Fitted parameters equal the shipped calibration.json.
-  nlohmann::json j = nlohmann::json::parse(ReadRepoFile(kJson));
+  // The shipped default is the old mapping rule's rendering, byte for byte
+  // (the shipped policies' profile fingerprint covers its text).
+  const std::string default_text = ReadRepoFile(kJson);
+  EXPECT_TRUE(default_text == CalibrationReportToJson(report->MappingRuleForm()))
+      << kJson << " differs from the mapping-rule rendering; regenerate with "
+         "ARACHNE_UPDATE_CALIBRATION=1";
+  absl::StatusOr<CalibrationSet> fallback = ParseCalibrationJson(default_text);
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_FALSE(fallback->rule.has_value());
+  EXPECT_TRUE(fallback->derived.empty());
+  EXPECT_EQ(fallback->mapping, report->old_mapping);
+  EXPECT_EQ(fallback->mapping.size(), catalog->types().size() - 5);
+  EXPECT_EQ(fallback->mapping.at("H100-80GB"), "A100-80GB");
+  EXPECT_EQ(fallback->mapping.at("T4"), "V100-16GB");
+  {
+    const nlohmann::json d = nlohmann::json::parse(default_text);
+    EXPECT_FALSE(d.contains("derived"));
+    EXPECT_FALSE(d.contains("unmeasured_rule"));
+    EXPECT_FALSE(d.contains("leave_one_gpu_out"));
+  }
+
+  // The derived file: fitted parameters, errors, rule, derived types and
+  // leave-one-GPU-out to 1e-6.
+  nlohmann::json j = nlohmann::json::parse(ReadRepoFile(kDerivedJson));
   absl::StatusOr<CalibrationSet> shipped =
-      ParseCalibrationJson(ReadRepoFile(kJson));
+      ParseCalibrationJson(ReadRepoFile(kDerivedJson));
   ASSERT_TRUE(shipped.ok()) << shipped.status();
   ASSERT_EQ(shipped->fitted.size(), report->gpus.size());
   for (const GpuFit& g : report->gpus) {
@@ -212,6 +239,11 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
   ExpectStatsEq(j["errors"]["all"], report->overall, "overall");
   ExpectStatsEq(j["errors"]["heldout"], report->overall_heldout, "heldout");
   EXPECT_EQ(shipped->mapping, report->mapping);
+  EXPECT_TRUE(shipped->mapping.empty());
+  // Both files carry the same fit.
+  for (const GpuFit& g : report->gpus)
+    EXPECT_EQ(fallback->by_gpu.at(g.gpu_id), shipped->by_gpu.at(g.gpu_id))
+        << g.gpu_id;
 
   // The error table in docs/calibration.md: every figure within 1e-6.
   const std::string doc = ReadRepoFile(kDoc);
@@ -300,8 +332,9 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
     EXPECT_LT(l.new_median, l.old_median);
     EXPECT_LT(l.new_mean, l.old_mean);
   }
-  // Planning gets the derived parameters: every unfitted catalog type is in
-  // the shipped set, T4 and L4 (power-limited) below the fitted parts.
+  // Planning with the derived file gets the derived parameters: every
+  // unfitted catalog type is in its set, T4 and L4 (power-limited) below the
+  // fitted parts.
   EXPECT_EQ(shipped->derived.size(), catalog->types().size() - 5);
   ASSERT_TRUE(shipped->rule.has_value());
   EXPECT_EQ(*shipped->rule, *report->rule);
@@ -319,7 +352,27 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
       EXPECT_LT(shipped->For(l4).gemm_eff_max, g.params.gemm_eff_max)
           << g.gpu_id;
   }
-  EXPECT_EQ(doc, RenderCalibrationMarkdown(*report));
+  // The doc's old-vs-derived examples: the power-limited parts and MI300X
+  // get markedly slower under the derived rule than the copy gave them.
+  absl::StatusOr<UnmeasuredGpuExamples> examples =
+      ComputeUnmeasuredGpuExamples(*report, *catalog);
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  ASSERT_EQ(examples->rows.size(), UnmeasuredExampleGpus().size());
+  for (const UnmeasuredGpuExample& e : examples->rows) {
+    SCOPED_TRACE(e.gpu_id);
+    EXPECT_EQ(e.mapping_source, report->old_mapping.at(e.gpu_id));
+    EXPECT_GT(e.mapping_ms, 0);
+    EXPECT_GT(e.derived_ms, 0);
+    if (e.gpu_id == "T4" || e.gpu_id == "L4" || e.gpu_id == "MI300X")
+      EXPECT_GT(e.derived_ms, 1.2 * e.mapping_ms);
+  }
+  // The doc says which rule ships and why.
+  EXPECT_THAT(doc, HasSubstr("The shipped default, `profiles/calibration.json`, "
+                             "uses the old mapping\nrule"));
+  EXPECT_THAT(doc, HasSubstr("cp profiles/reference/calibration-derived.json "
+                             "/tmp/p/calibration.json"));
+  EXPECT_THAT(doc, HasSubstr("arachne train --model llama3-8b"));
+  EXPECT_EQ(doc, RenderCalibrationMarkdown(*report, *examples));
 }
 
 TEST(Calibration, IsDeterministic) {

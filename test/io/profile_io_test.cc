@@ -8,7 +8,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "planner_service/core/profile_synthesizer.h"
+#include "planner_service/io/data_files.h"
 #include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/model_io.h"
+#include "planner_service/io/planning_context.h"
 
 namespace arachne {
 namespace {
@@ -129,6 +134,73 @@ class ProfileDirTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// Opting in: a profiles dir whose calibration.json is the derived file
+// plans H100 (unmeasured) with the derived parameters; without it the
+// built-in default copies A100-80GB.
+TEST_F(ProfileDirTest, DerivedCalibrationThroughProfilesDirPlansH100) {
+  absl::StatusOr<std::string> text = ReadFileToString(
+      std::string(ARACHNE_SOURCE_DIR) +
+      "/profiles/reference/calibration-derived.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  Write("calibration.json", *text);
+  const nlohmann::json j = nlohmann::json::parse(*text);
+  absl::StatusOr<CalibrationSet> file = ParseCalibrationJson(*text);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const CalibrationParams& h100_derived = file->by_gpu.at("H100-80GB");
+  EXPECT_DOUBLE_EQ(h100_derived.gemm_eff_max,
+                   j["derived"]["H100-80GB"]["params"]["gemm_eff_max"]
+                       .get<double>());
+
+  absl::StatusOr<CalibrationSet> opted = LoadCalibration(dir_.string());
+  ASSERT_TRUE(opted.ok()) << opted.status();
+  absl::StatusOr<CalibrationSet> shipped = LoadCalibration();
+  ASSERT_TRUE(shipped.ok()) << shipped.status();
+  EXPECT_TRUE(opted->rule.has_value());
+  EXPECT_FALSE(shipped->rule.has_value());
+  EXPECT_EQ(opted->For("H100-80GB"), h100_derived);
+  EXPECT_NE(opted->For("H100-80GB"), opted->For("A100-80GB"));
+  EXPECT_EQ(shipped->For("H100-80GB"), shipped->For("A100-80GB"));
+  // Fitted types are the same in both.
+  EXPECT_EQ(opted->For("A100-80GB"), shipped->For("A100-80GB"));
+
+  // Planning: the context synthesizes H100's profiles from the file in the
+  // profiles dir.
+  auto plan_h100 = [](const std::string& profiles_dir)
+      -> absl::StatusOr<ProfileEntry> {
+    PlanningRequest req;
+    req.model = "llama3-8b";
+    req.cluster_file =
+        std::string(ARACHNE_SOURCE_DIR) + "/examples/a100-h100-64.yaml";
+    req.training.seq_len = 4096;
+    req.profiles_dir = profiles_dir;
+    auto ctx = PlanningContext::Create(req);
+    if (!ctx.ok()) return ctx.status();
+    const ProfileEntry* e = (*ctx)->profiles().Find(
+        ProfileKey{"llama3-8b", LayerKind::kDense, "H100-80GB", 1, 1, 4096});
+    if (e == nullptr) return absl::NotFoundError("no H100 entry");
+    return *e;
+  };
+  absl::StatusOr<ProfileEntry> derived = plan_h100(dir_.string());
+  ASSERT_TRUE(derived.ok()) << derived.status();
+  absl::StatusOr<ProfileEntry> mapped = plan_h100("");
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog();
+  ASSERT_TRUE(catalog.ok());
+  const GpuType& h100 = catalog->type(*catalog->IndexOf("H100-80GB"));
+  absl::StatusOr<ModelSpec> model = ResolveModel("llama3-8b");
+  ASSERT_TRUE(model.ok());
+  const TrainingConfig training;
+  absl::StatusOr<ProfileEntry> want =
+      ProfileSynthesizer(h100_derived, KernelsOf(training.framework))
+          .Synthesize(*model, LayerKind::kDense, h100, 1, 1, 4096);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_DOUBLE_EQ(derived->fwd_ms, want->fwd_ms);
+  EXPECT_DOUBLE_EQ(derived->bwd_ms, want->bwd_ms);
+  // The derived H100 is slower than the A100-80GB copy made it.
+  EXPECT_GT(derived->fwd_ms + derived->bwd_ms,
+            1.05 * (mapped->fwd_ms + mapped->bwd_ms));
+}
+
 TEST_F(ProfileDirTest, LoadsMeasuredFilesWithCanonicalIds) {
   Write("measured/a.csv", std::string(kHeader) +
                               "m,dense,a100,1,1,2048,1,2,0,1,1,measured\n");
@@ -178,13 +250,45 @@ TEST(Calibration, ShippedFileResolvesEveryCatalogGpu) {
     EXPECT_TRUE(set->by_gpu.contains(t.id));
     EXPECT_NE(set->For(t), set->defaults);
   }
+  // The shipped default is the old mapping rule (the shipped policies were
+  // trained on it): unfitted types copy a fitted one.
+  EXPECT_FALSE(set->rule.has_value());
+  EXPECT_TRUE(set->derived.empty());
+  EXPECT_EQ(set->mapping.size(), catalog->types().size() - 5);
+  EXPECT_EQ(set->mapping.at("H100-80GB"), "A100-80GB");
+  EXPECT_EQ(set->For("H100-80GB"), set->For("A100-80GB"));
+  EXPECT_EQ(set->For("T4"), set->For("V100-16GB"));
+  EXPECT_EQ(&set->For("no-such-gpu"), &set->defaults);
+}
+
+const std::string kDerivedCalibration =
+    std::string(ARACHNE_SOURCE_DIR) +
+    "/profiles/reference/calibration-derived.json";
+
+TEST(Calibration, ReferenceDerivedFileResolvesEveryCatalogGpuByTheRule) {
+  absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog();
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  absl::StatusOr<std::string> text = ReadFileToString(kDerivedCalibration);
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<CalibrationSet> set =
+      ParseCalibrationJson(*text, "calibration-derived.json");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->fitted.size(), 5u);
+  for (const GpuType& t : catalog->types()) {
+    SCOPED_TRACE(t.id);
+    EXPECT_TRUE(set->by_gpu.contains(t.id));
+    EXPECT_NE(set->For(t), set->defaults);
+  }
   // Unfitted types get the unmeasured-GPU rule (calibration.h), not a copy:
   // the power-limited T4 sits below the V100 the old mapping copied.
   EXPECT_TRUE(set->mapping.empty());
   EXPECT_EQ(set->derived.size(), catalog->types().size() - 5);
   EXPECT_TRUE(set->rule.has_value());
   EXPECT_LT(set->For("T4").gemm_eff_max, set->For("V100-16GB").gemm_eff_max);
-  EXPECT_EQ(&set->For("no-such-gpu"), &set->defaults);
+  // Not built in: only the default calibration.json is embedded.
+  EXPECT_TRUE(
+      ReadDataFile("reference/calibration-derived.json", "").status().code() ==
+      absl::StatusCode::kNotFound);
 }
 
 TEST(Calibration, JsonErrorsAndRoundTrip) {
