@@ -34,8 +34,11 @@ constexpr double kNoMemoryLimit = 1e9;
 
 // Bounds of the fit, inside the framework fields' ranges (framework.cc) so
 // a fitted value can always be written back and read as a field.
-constexpr double kMinComputeScale = 0.02;
-constexpr double kMaxComputeScale = 50;
+// The compute scale spans what a profile can be off by, up to a CPU
+// running a GPU type's profile (the reference engine's agents measure
+// ~500x the A6000 figures): the report warns beyond a factor of 2.
+constexpr double kMinComputeScale = 1e-3;
+constexpr double kMaxComputeScale = 1e4;
 
 // Prices one run repeatedly under different corrections: the profiles
 // (shipped, then synthesized; none of the fitted corrections changes them)
