@@ -20,17 +20,7 @@ namespace arachne {
 namespace {
 
 int Fail(std::ostream& err, const absl::Status& s) {
-  err << "error: " << s.message() << "\n";
-  switch (s.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kPermissionDenied:
-      return kExitBadInput;
-    default:
-      return kExitInternal;
-  }
+  return FailCommand(err, s);
 }
 
 std::string Cell(const std::string& s, size_t width) {

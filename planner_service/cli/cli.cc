@@ -127,18 +127,7 @@ void AddRemoteFlags(CLI::App* cmd, RemoteFlags* f) {
 constexpr absl::Duration kCliSearchBudget = absl::Seconds(60);
 
 int Fail(std::ostream& err, const absl::Status& s) {
-  err << "error: " << s.message() << "\n";
-  switch (s.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kPermissionDenied:
-      return kExitBadInput;
-    default:
-      return kExitInternal;
-  }
+  return FailCommand(err, s);
 }
 
 // A planning error: a search that a limit stopped before it found any plan
@@ -917,6 +906,21 @@ int ExecBeside(const std::string& tool, const std::string& command,
 }
 
 }  // namespace
+
+int FailCommand(std::ostream& err, const absl::Status& s) {
+  err << "error: " << s.message() << "\n";
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kPermissionDenied:
+      return kExitBadInput;
+    default:
+      return kExitInternal;
+  }
+}
 
 int RunCli(int argc, const char* const* argv, std::ostream& out,
            std::ostream& err) {

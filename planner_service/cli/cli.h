@@ -7,6 +7,8 @@
 
 #include <ostream>
 
+#include "absl/status/status.h"
+
 namespace arachne {
 
 // Exit codes: 0 success, 2 bad input (the message names the field and
@@ -21,6 +23,12 @@ inline constexpr int kExitSearchStopped = 3;
 
 int RunCli(int argc, const char* const* argv, std::ostream& out,
            std::ostream& err);
+
+// Writes "error: <message>" to `err` and returns the exit code of `s`:
+// kExitBadInput for the caller's mistakes (invalid argument, not found,
+// failed precondition, out of range, already exists, permission denied),
+// kExitInternal otherwise. Every subcommand fails through it.
+int FailCommand(std::ostream& err, const absl::Status& s);
 
 }  // namespace arachne
 

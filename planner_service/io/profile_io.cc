@@ -331,23 +331,13 @@ absl::StatusOr<CalibrationSet> ParseCalibrationJson(absl::string_view text,
     if (!d.ok()) return d.status();
     set.defaults = *d;
   }
-  for (auto it = j["fitted"].begin(); it != j["fitted"].end(); ++it) {
-    const std::string where = absl::StrCat(source, ": fitted.", it.key());
-    if (!it.value().is_object() || !it.value().contains("params"))
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ".params: missing"));
-    absl::StatusOr<CalibrationParams> p = ParamsFromJson(
-        it.value()["params"], set.defaults, absl::StrCat(where, ".params"));
-    if (!p.ok()) return p.status();
-    set.by_gpu[it.key()] = *p;
-    set.fitted.push_back(it.key());
-  }
-  if (j.contains("derived")) {
-    if (!j["derived"].is_object())
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": derived: must be an object"));
-    for (auto it = j["derived"].begin(); it != j["derived"].end(); ++it) {
-      const std::string where = absl::StrCat(source, ": derived.", it.key());
+  // "fitted" and "derived" map GPU ids to {"params": {...}}: both resolve
+  // into by_gpu, and the ids are listed under their origin.
+  auto read_params_section = [&](const char* section,
+                                 std::vector<std::string>* ids) {
+    for (auto it = j[section].begin(); it != j[section].end(); ++it) {
+      const std::string where =
+          absl::StrCat(source, ": ", section, ".", it.key());
       if (!it.value().is_object() || !it.value().contains("params"))
         return absl::InvalidArgumentError(
             absl::StrCat(where, ".params: missing"));
@@ -355,8 +345,18 @@ absl::StatusOr<CalibrationSet> ParseCalibrationJson(absl::string_view text,
           it.value()["params"], set.defaults, absl::StrCat(where, ".params"));
       if (!p.ok()) return p.status();
       set.by_gpu[it.key()] = *p;
-      set.derived.push_back(it.key());
+      ids->push_back(it.key());
     }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = read_params_section("fitted", &set.fitted); !s.ok())
+    return s;
+  if (j.contains("derived")) {
+    if (!j["derived"].is_object())
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": derived: must be an object"));
+    if (absl::Status s = read_params_section("derived", &set.derived); !s.ok())
+      return s;
   }
   if (j.contains("unmeasured_rule")) {
     const json& rj = j["unmeasured_rule"];

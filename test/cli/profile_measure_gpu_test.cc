@@ -16,6 +16,7 @@
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/profile_io.h"
+#include "test/cli/cli_runner.h"
 
 namespace arachne {
 namespace {
@@ -23,22 +24,8 @@ namespace {
 const std::string kBin = std::string(ARACHNE_BINARY_DIR);
 const std::string kArachne = kBin + "/planner_service/cli/arachne";
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
-Result Shell(const std::string& command) {
-  Result r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ::arachne::testing::Shell;
+using Result = ::arachne::testing::ShellRun;
 
 TEST(ProfileMeasureGpuTest, Llama3DenseLayerOnThisGpu) {
   if (!std::filesystem::exists(kBin + "/planner_service/cli/arachne-profile"))

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/profile_io.h"
+#include "test/cli/cli_runner.h"
 
 namespace arachne {
 namespace {
@@ -27,29 +28,9 @@ const std::string kBin = std::string(ARACHNE_BINARY_DIR);
 const std::string kArachne = kBin + "/planner_service/cli/arachne";
 const std::string kData = std::string(ARACHNE_SOURCE_DIR) + "/test/data/profiler";
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr
-};
-
-Result Shell(const std::string& command) {
-  Result r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::filesystem::path FreshDir(const std::string& name) {
-  auto dir = std::filesystem::path(::testing::TempDir()) / name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+using ::arachne::testing::Shell;
+using Result = ::arachne::testing::ShellRun;
+using ::arachne::testing::FreshDir;
 
 std::string ReadAll(const std::filesystem::path& p) {
   std::ifstream in(p);

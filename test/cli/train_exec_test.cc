@@ -13,6 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "test/cli/cli_runner.h"
 
 namespace {
 
@@ -22,29 +23,9 @@ using ::testing::Not;
 const std::string kBin = std::string(ARACHNE_BINARY_DIR);
 const std::string kArachne = kBin + "/planner_service/cli/arachne";
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr
-};
-
-Result Shell(const std::string& command) {
-  Result r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::filesystem::path FreshDir(const std::string& name) {
-  auto dir = std::filesystem::path(::testing::TempDir()) / name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+using ::arachne::testing::Shell;
+using Result = ::arachne::testing::ShellRun;
+using ::arachne::testing::FreshDir;
 
 TEST(PlanningBinariesTest, DoNotLoadLibTorch) {
   for (const std::string& binary :
