@@ -189,6 +189,8 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
         {"refinement_passes", config_.refinement_passes},
         {"exploration_interval", config_.exploration_interval},
         {"exploration_elites", config_.exploration_elites},
+        {"foreign_exploration_interval", config_.foreign_exploration_interval},
+        {"foreign_exploration_elites", config_.foreign_exploration_elites},
         {"perturbation_rounds", config_.perturbation_rounds}}) {
     if (value < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -323,6 +325,14 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
                                  }),
                 std::move(e));
   };
+  // A policy outside its training set is trusted less: more of the
+  // rollouts explore, and more explored episodes are refined.
+  const bool foreign = (*policy)->PlansAModelItWasNotTrainedOn();
+  const int exploration_interval = foreign
+                                       ? config_.foreign_exploration_interval
+                                       : config_.exploration_interval;
+  const int exploration_elites = foreign ? config_.foreign_exploration_elites
+                                         : config_.exploration_elites;
   const double budget_s = absl::ToDoubleSeconds(run_options.budget);
   const double sampling_budget_s =
       budget_s - std::min(absl::ToDoubleSeconds(config_.refinement_reserve),
@@ -334,13 +344,13 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
         options.cancelled != nullptr && options.cancelled->load();
     if ((rollout > 0 || cancelled) && tracker.OutOfBudget()) break;
     if (rollout > 0 && tracker.elapsed_s() >= sampling_budget_s) break;
-    const bool exploring = config_.exploration_interval > 0 && rollout > 0 &&
-                           rollout % config_.exploration_interval == 0;
+    const bool exploring = exploration_interval > 0 && rollout > 0 &&
+                           rollout % exploration_interval == 0;
     play({}, rollout == 0 ? Pick::kGreedy
              : exploring  ? Pick::kUniform
                           : Pick::kSample);
     if (exploring) {
-      remember(explored, config_.exploration_elites);
+      remember(explored, exploration_elites);
     } else {
       remember(elite, std::max(1, config_.refined_episodes));
     }

@@ -27,8 +27,9 @@ namespace {
 // Shares one loaded snapshot between plans; inference only reads it.
 class SharedPolicy : public PolicyModel {
  public:
-  explicit SharedPolicy(std::shared_ptr<const PolicyWeights> weights)
-      : weights_(std::move(weights)) {}
+  SharedPolicy(std::shared_ptr<const PolicyWeights> weights, bool foreign)
+      : weights_(std::move(weights)), foreign_(foreign) {}
+  bool PlansAModelItWasNotTrainedOn() const override { return foreign_; }
   void ActionProbabilities(const ConstructionEnv& env,
                            absl::Span<float> probabilities) override {
     // As PolicyNetwork::ActionProbabilities: exp of the masked log-softmax.
@@ -42,6 +43,7 @@ class SharedPolicy : public PolicyModel {
  private:
   PolicyScratch scratch_;  // one planning run's inference buffers
   std::shared_ptr<const PolicyWeights> weights_;
+  bool foreign_;
 };
 
 struct CachedCheckpoint {
@@ -126,8 +128,10 @@ PolicyModelFactory MakeTorchPolicyFactory(TorchPolicyOptions options) {
         why.push_back(std::string(fits.message()));
         continue;
       }
+      // The model's own checkpoint, or its declared relative's: a close
+      // model by declaration, planned with the usual exploration.
       return std::unique_ptr<PolicyModel>(
-          std::make_unique<SharedPolicy>(ckpt->weights));
+          std::make_unique<SharedPolicy>(ckpt->weights, /*foreign=*/false));
     }
     // Then the model-conditioned policy, which serves any model.
     const std::string general_path =
@@ -148,8 +152,13 @@ PolicyModelFactory MakeTorchPolicyFactory(TorchPolicyOptions options) {
                !fits.ok()) {
       why.push_back(std::string(fits.message()));
     } else {
+      // Outside its training models the conditioned policy is trusted
+      // less (LearnedPlannerConfig::foreign_exploration_*).
+      const std::vector<std::string>& trained = general->info.training.models;
+      const bool foreign =
+          std::find(trained.begin(), trained.end(), model.name) == trained.end();
       return std::unique_ptr<PolicyModel>(
-          std::make_unique<SharedPolicy>(general->weights));
+          std::make_unique<SharedPolicy>(general->weights, foreign));
     }
     return absl::FailedPreconditionError(
         NoPolicyMessage(model.name, absl::StrJoin(why, "; ")));

@@ -3,6 +3,7 @@
 // bad settings are named, and a budget too short for the configured
 // rollouts still reaches the refinement, which only improves the best
 // sampled plan.
+#include <algorithm>
 #include <memory>
 
 #include "absl/time/time.h"
@@ -90,6 +91,64 @@ TEST_F(LearnedBudgetTest, RolloutsBeyondTheBudgetStopAtTheirShare) {
   all_sampling.sampling_share = 1;
   all_sampling.refinement_reserve = absl::ZeroDuration();
   EXPECT_GE(run(all_sampling), 0.2);
+}
+
+}  // namespace
+}  // namespace arachne
+
+namespace arachne {
+namespace {
+
+// Puts all its mass on the last legal action: its own episodes are all
+// the same, so only exploring (uniform) rollouts can find another plan.
+class LastLegalPolicy : public PolicyModel {
+ public:
+  explicit LastLegalPolicy(bool foreign) : foreign_(foreign) {}
+  void ActionProbabilities(const ConstructionEnv& env,
+                           absl::Span<float> probabilities) override {
+    absl::Span<const uint8_t> mask = env.LegalMask();
+    std::fill(probabilities.begin(), probabilities.end(), 0.0f);
+    for (size_t a = std::min(mask.size(), probabilities.size()); a-- > 0;) {
+      if (mask[a]) {
+        probabilities[a] = 1.0f;
+        break;
+      }
+    }
+  }
+  bool PlansAModelItWasNotTrainedOn() const override { return foreign_; }
+
+ private:
+  bool foreign_;
+};
+
+// A policy outside its training set explores by the foreign_* settings:
+// here every sampled rollout of the foreign one is uniform, none of the
+// other's, and with the refinement off only the foreign one leaves the
+// policy's plan.
+TEST(LearnedExplorationTest, APolicyOnAModelItWasNotTrainedOnExploresMore) {
+  testing::ToyComposition toy{{{testing::kFast, 4}, {testing::kSlow, 4}}};
+  auto run = [&](bool foreign, int rollouts) {
+    LearnedPlannerConfig c;
+    c.sampled_rollouts = rollouts;
+    c.refinement_passes = 0;
+    c.regular_descent = false;
+    c.perturbation_rounds = 0;
+    c.exploration_interval = 0;
+    c.foreign_exploration_interval = 1;
+    PolicyModelFactory factory = [foreign](const CostModel&) {
+      return absl::StatusOr<std::unique_ptr<PolicyModel>>(
+          std::make_unique<LastLegalPolicy>(foreign));
+    };
+    PlannerOptions options;
+    options.seed = 5;
+    options.budget = absl::Seconds(10);
+    auto r = LearnedPlanner(c, factory, "learned").Run(toy.cost_model(), options);
+    CHECK(r.ok()) << r.status();
+    return r->prediction.iteration_time_s;
+  };
+  const double policy_plan = run(false, 0);
+  EXPECT_EQ(run(false, 64), policy_plan);
+  EXPECT_LT(run(true, 64), policy_plan);
 }
 
 }  // namespace
