@@ -30,13 +30,14 @@ struct Field {
   std::function<std::string(const FrameworkConfig&)> get;
 };
 
-// The shortest of %.15g / %.17g that reads back as `v`, so "2.5" stays
-// "2.5" and every value round-trips exactly.
-std::string FormatNumber(double v) {
-  std::string s = absl::StrFormat("%.15g", v);
+// `v / scale` (a value in the unit it is written in) in the shortest of
+// %.15g / %.17g that reads back, times `scale`, as `v`: "2.5" stays "2.5"
+// and every value round-trips exactly.
+std::string FormatNumber(double v, double scale = 1.0) {
+  std::string s = absl::StrFormat("%.15g", v / scale);
   double back;
-  if (absl::SimpleAtod(s, &back) && back == v) return s;
-  return absl::StrFormat("%.17g", v);
+  if (absl::SimpleAtod(s, &back) && back * scale == v) return s;
+  return absl::StrFormat("%.17g", v / scale);
 }
 
 Field BoolField(std::string name, bool FrameworkConfig::*member) {
@@ -74,14 +75,7 @@ Field NumberField(std::string name, double FrameworkConfig::*member,
             return absl::OkStatus();
           },
           [member, scale](const FrameworkConfig& f) {
-            // Written in the field's unit; the value it reads back to must
-            // be the stored one, so fall back to more digits if needed.
-            const double shown = f.*member / scale;
-            std::string s = FormatNumber(shown);
-            double back;
-            if (absl::SimpleAtod(s, &back) && back * scale != f.*member)
-              s = absl::StrFormat("%.17g", shown);
-            return s;
+            return FormatNumber(f.*member, scale);
           }};
 }
 
@@ -228,12 +222,12 @@ FrameworkConfig FrameworkPresetConfig(FrameworkPreset preset) {
     case FrameworkPreset::kMegatronCore:
       break;
     case FrameworkPreset::kMegatronDeepSpeed:
+      // DeepSpeed's ZeRO-1 state and buckets under Megatron's 2021 model
+      // code: scores materialized, with attention dropout.
+      f = FrameworkPresetConfig(FrameworkPreset::kDeepSpeedZero1);
+      f.preset = preset;
       f.attention = AttentionKernel::kMaterialized;
       f.attention_dropout = true;
-      f.sequence_parallel = false;
-      f.optimizer_grad_bytes_per_param = 4;
-      f.sharding = StateSharding::kOptimizer;
-      f.comm_buffer_gib = kDeepSpeedBucketsGib;
       break;
     case FrameworkPreset::kDeepSpeedZero1:
       f.sequence_parallel = false;
