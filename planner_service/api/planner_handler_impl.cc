@@ -79,38 +79,16 @@ absl::Status CheckPlanCounts(const nlohmann::json& plan, const ModelSpec& model,
 }  // namespace
 
 absl::StatusOr<TrainingConfig> ResolveTraining(const TrainingSpec& spec) {
-  TrainingConfig t;
-  if (spec.seq_len < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "training.seq_len: must be > 0 (or 0 for the default), got ",
-        spec.seq_len));
-  }
-  if (spec.global_batch < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "training.global_batch: must be > 0 (or 0 for the default), got ",
-        spec.global_batch));
-  }
-  if (spec.seq_len > 0) t.seq_len = spec.seq_len;
-  if (spec.global_batch > 0) t.global_batch = spec.global_batch;
-  if (!spec.precision.empty()) {
-    absl::StatusOr<Precision> p = ParsePrecision(spec.precision);
-    if (!p.ok()) return Prefixed(p.status(), "training.precision");
-    t.precision = *p;
-  }
-  if (!spec.recompute.empty()) {
-    absl::StatusOr<Recompute> r = ParseRecompute(spec.recompute);
-    if (!r.ok()) return Prefixed(r.status(), "training.recompute");
-    t.recompute = *r;
-  }
-  t.distributed_optimizer = spec.distributed_optimizer;
-  absl::StatusOr<FrameworkConfig> framework =
-      FrameworkFromMessage(spec.framework, "", "training.framework");
-  if (!framework.ok()) return framework.status();
-  t.framework = *std::move(framework);
-  if (absl::Status s = t.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("training: ", s.message()));
-  }
-  return t;
+  // The message's own reader, so requests, job files and plan files check
+  // a training config alike.
+  v1::TrainingConfig message;
+  message.set_seq_len(spec.seq_len);
+  message.set_global_batch(spec.global_batch);
+  message.set_precision(spec.precision);
+  message.set_recompute(spec.recompute);
+  message.set_distributed_optimizer(spec.distributed_optimizer);
+  *message.mutable_framework() = spec.framework;
+  return TrainingFromMessage(message, "", "training");
 }
 
 absl::StatusOr<ModelSpec> ResolveModelRef(

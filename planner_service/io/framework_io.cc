@@ -180,43 +180,43 @@ std::string FrameworkSummary(const FrameworkConfig& framework) {
 absl::StatusOr<TrainingConfig> TrainingFromMessage(
     const v1::TrainingConfig& message, absl::string_view source,
     absl::string_view path) {
-  const MessageErrors errors(source, path);
+  // "<source>: <path>.<field>: ..." ("<path>.<field>: ..." without a source).
+  auto error = [&](absl::string_view field, absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, source.empty() ? "" : ": ",
+                     field.empty() ? std::string(path)
+                                   : JoinFieldPath(path, field),
+                     ": ", what));
+  };
   TrainingConfig training;
-  if (message.seq_len() < 0) {
-    return errors.IntAtLeast("seq_len", message.seq_len(), 1);
-  }
-  if (message.global_batch() < 0) {
-    return errors.IntAtLeast("global_batch", message.global_batch(), 1);
+  for (const auto& [field, value] :
+       {std::pair<const char*, int>{"seq_len", message.seq_len()},
+        {"global_batch", message.global_batch()}}) {
+    if (value < 0) {
+      return error(field, absl::StrCat("must be > 0 (or 0 for the default), "
+                                       "got ",
+                                       value));
+    }
   }
   if (message.seq_len() > 0) training.seq_len = message.seq_len();
   if (message.global_batch() > 0) training.global_batch = message.global_batch();
   if (!message.precision().empty()) {
     absl::StatusOr<Precision> p = ParsePrecision(message.precision());
-    if (!p.ok()) {
-      return errors.At("precision",
-                       absl::StrCat("must be bf16 or fp16, got ",
-                                    QuoteForMessage(message.precision())));
-    }
+    if (!p.ok()) return error("precision", p.status().message());
     training.precision = *p;
   }
   if (!message.recompute().empty()) {
     absl::StatusOr<Recompute> r = ParseRecompute(message.recompute());
-    if (!r.ok()) {
-      return errors.At("recompute",
-                       absl::StrCat("must be none, selective or full, got ",
-                                    QuoteForMessage(message.recompute())));
-    }
+    if (!r.ok()) return error("recompute", r.status().message());
     training.recompute = *r;
   }
   training.distributed_optimizer = message.distributed_optimizer();
-  if (message.has_framework()) {
-    ARACHNE_IO_ASSIGN_OR_RETURN(
-        training.framework,
-        FrameworkFromMessage(message.framework(), source,
-                             JoinFieldPath(path, "framework")));
-  }
+  ARACHNE_IO_ASSIGN_OR_RETURN(
+      training.framework,
+      FrameworkFromMessage(message.framework(), source,
+                           JoinFieldPath(path, "framework")));
   if (absl::Status s = training.Validate(); !s.ok()) {
-    return errors.At("", s.message());
+    return error("", s.message());
   }
   return training;
 }

@@ -48,7 +48,10 @@ std::string FrameworkSummary(const FrameworkConfig& framework);
 
 // A TrainingConfig message as the planner's type: 0 / "" / an absent
 // framework take TrainingConfig's defaults. Errors name `path`'s field and
-// the value ("<source>: training.precision: must be bf16 or fp16, got ...").
+// the value ("<source>: training.seq_len: must be > 0 (or 0 for the
+// default), got -1"; without a source, "training.seq_len: ..."). The
+// service's requests (ResolveTraining), job files and plan files all read
+// a training config through it.
 absl::StatusOr<TrainingConfig> TrainingFromMessage(
     const v1::TrainingConfig& message, absl::string_view source,
     absl::string_view path);
