@@ -1175,6 +1175,18 @@ std::string StatsCells(const ErrorStats& s) {
 }
 }  // namespace
 
+namespace {
+
+// The fitted parameters as table cells, in the docs' column order.
+std::string ParamCells(const CalibrationParams& p) {
+  return absl::StrFormat("%.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.2f",
+                         p.gemm_eff_max, p.gemm_half_gflop,
+                         p.fp32_gemm_eff_max, p.attn_eff_rel, p.mem_eff,
+                         p.bwd_eff_rel, p.layer_overhead_us);
+}
+
+}  // namespace
+
 std::string RenderCalibrationMarkdown(const CalibrationReport& r,
                                       const UnmeasuredGpuExamples& examples) {
   std::string md;
@@ -1309,15 +1321,11 @@ any row. Held-out: parameters fitted without the held-out series.
                   "attn_eff_rel | mem_eff | bwd_eff_rel | layer_overhead_us |\n"
                   "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const GpuFit& g : r.gpus) {
-    const CalibrationParams& p = g.params;
     absl::StrAppend(
-        &md, absl::StrFormat(
-                 "| %s | %g | %g | %g | %.4f | %.4f | %.4f | %.4f | %.4f | "
-                 "%.4f | %.2f |\n",
-                 g.gpu_id, g.peak_bf16_tflops, g.peak_fp32_tflops, g.hbm_gbps,
-                 p.gemm_eff_max, p.gemm_half_gflop, p.fp32_gemm_eff_max,
-                 p.attn_eff_rel, p.mem_eff, p.bwd_eff_rel,
-                 p.layer_overhead_us));
+        &md, absl::StrFormat("| %s | %g | %g | %g | ", g.gpu_id,
+                             g.peak_bf16_tflops, g.peak_fp32_tflops,
+                             g.hbm_gbps),
+        ParamCells(g.params), " |\n");
   }
   absl::StrAppend(&md, R"(
 ## GPUs without measurements
@@ -1496,15 +1504,9 @@ fwd+bwd per row, percent.
                   "| GPU | gemm_eff_max | gemm_half_gflop | "
                   "fp32_gemm_eff_max | attn_eff_rel | mem_eff | bwd_eff_rel "
                   "| layer_overhead_us |\n|---|---|---|---|---|---|---|---|\n");
-  for (const LogoResult& l : r.logo) {
-    const CalibrationParams& p = l.new_params;
-    absl::StrAppend(
-        &md, absl::StrFormat(
-                 "| %s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.2f |\n",
-                 l.gpu_id, p.gemm_eff_max, p.gemm_half_gflop,
-                 p.fp32_gemm_eff_max, p.attn_eff_rel, p.mem_eff,
-                 p.bwd_eff_rel, p.layer_overhead_us));
-  }
+  for (const LogoResult& l : r.logo)
+    absl::StrAppend(&md, "| ", l.gpu_id, " | ", ParamCells(l.new_params),
+                    " |\n");
   absl::StrAppend(&md, R"(
 ### Catalog types without measurements
 
