@@ -29,6 +29,9 @@ struct CostModel::PlanWork {
   std::array<PlacementFacts, 16> inline_facts;
   std::vector<PlacementFacts> heap_facts;
   absl::InlinedVector<double, 16> max_t, sum_t;
+  // Every stage's time per micro-batch, template after template (what the
+  // overlapped gradient reduction hides behind).
+  absl::InlinedVector<double, kMaxPricedDepth> stage_t;
 };
 
 int Log2Exact(int v) {
@@ -209,10 +212,12 @@ Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
   if (!stage_times) return Infeasibility::kOk;
   work.max_t.assign(n, 0.0);
   work.sum_t.assign(n, 0.0);
+  work.stage_t.clear();
   for (int j = 0; j < n; ++j) {
     for (int s = 0; s < plan.templates[j].depth(); ++s) {
       const double ts = StageTimeTerms(plan, j, s, work.facts[j]).total();
       if (!std::isfinite(ts)) return Infeasibility::kMissingProfile;
+      work.stage_t.push_back(ts);
       work.max_t[j] = std::max(work.max_t[j], ts);
       work.sum_t[j] += ts;
     }
@@ -570,6 +575,7 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
   }
   double worst_pipeline = 0, worst_sync = 0, worst_opt = 0;
   int critical = 0;
+  size_t stage_index = 0;  // into work.stage_t
   for (size_t j = 0; j < plan.templates.size(); ++j) {
     const Template& t = plan.templates[j];
     const int d = t.depth();
@@ -585,12 +591,13 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
       }
       if (mem.total_gib() > UsableMemoryGib(st.gpu_type))
         return fail(Infeasibility::kOutOfMemory);
-      double stage_s = 0;  // this stage's time per micro-batch, when needed
-      if (!timed || fw.overlap_grad_reduce) {
+      // This stage's time per micro-batch: priced for the balance, or now.
+      double stage_s;
+      if (timed) {
+        stage_s = work.stage_t[stage_index++];
+      } else {
         stage_s = StageTimeTerms(plan, static_cast<int>(j), s, facts[j]).total();
         if (!std::isfinite(stage_s)) return fail(Infeasibility::kMissingProfile);
-      }
-      if (!timed) {
         max_t = std::max(max_t, stage_s);
         sum_t += stage_s;
       }
