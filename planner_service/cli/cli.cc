@@ -149,31 +149,34 @@ absl::Status CheckFormat(const std::string& format) {
       absl::StrCat("--format: expected table or json, got \"", format, "\""));
 }
 
-// --framework, then each --framework-set in the order given.
-absl::StatusOr<FrameworkConfig> FrameworkFromFlags(const InputFlags& f) {
-  FrameworkConfig framework;
-  if (!f.framework.empty()) {
-    absl::StatusOr<FrameworkPreset> preset = ParseFrameworkPreset(f.framework);
-    if (!preset.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", preset.status().message()));
-    }
-    framework = FrameworkPresetConfig(*preset);
+// --framework's preset (megatron-core without it).
+absl::StatusOr<FrameworkConfig> FrameworkPresetFromFlags(const InputFlags& f) {
+  if (f.framework.empty()) return FrameworkConfig{};
+  absl::StatusOr<FrameworkPreset> preset = ParseFrameworkPreset(f.framework);
+  if (!preset.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", preset.status().message()));
   }
+  return FrameworkPresetConfig(*preset);
+}
+
+// Each --framework-set on `framework`, in the order given.
+absl::Status ApplyFrameworkSets(const InputFlags& f,
+                                FrameworkConfig* framework) {
   for (const std::string& set : f.framework_set) {
     const size_t eq = set.find('=');
     if (eq == std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--framework-set: expected FIELD=VALUE, got \"", set, "\""));
     }
-    if (absl::Status s = SetFrameworkField(framework, set.substr(0, eq),
+    if (absl::Status s = SetFrameworkField(*framework, set.substr(0, eq),
                                            set.substr(eq + 1));
         !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--framework-set: ", s.message()));
     }
   }
-  return framework;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<PlanningContext>> LoadContext(
@@ -192,7 +195,9 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> LoadContext(
   if (!recompute.ok()) return recompute.status();
   req.training.recompute = *recompute;
   req.training.distributed_optimizer = f.distributed_optimizer;
-  absl::StatusOr<FrameworkConfig> framework = FrameworkFromFlags(f);
+  // The preset, then the calibration's fields, then each --framework-set:
+  // an explicit flag wins over the calibration.
+  absl::StatusOr<FrameworkConfig> framework = FrameworkPresetFromFlags(f);
   if (!framework.ok()) return framework.status();
   req.training.framework = *std::move(framework);
   if (!f.calibration.empty()) {
@@ -200,17 +205,10 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> LoadContext(
         LoadCalibrationFlag(f.calibration, f.profiles_dir);
     if (!c.ok()) return c.status();
     ApplyCorrections(*c, &req.training, &req.cost_params);
-    // An explicit --framework-set still wins over the calibration's field.
-    absl::StatusOr<FrameworkConfig> flags_only = FrameworkFromFlags(f);
-    for (const std::string& set : f.framework_set) {
-      const std::string name = set.substr(0, set.find('='));
-      absl::StatusOr<std::string> v = FrameworkFieldValue(*flags_only, name);
-      if (!v.ok()) return v.status();
-      if (absl::Status s = SetFrameworkField(req.training.framework, name, *v);
-          !s.ok()) {
-        return s;
-      }
-    }
+  }
+  if (absl::Status s = ApplyFrameworkSets(f, &req.training.framework);
+      !s.ok()) {
+    return s;
   }
   return PlanningContext::Create(req);
 }
