@@ -213,6 +213,16 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> LoadContext(
   return PlanningContext::Create(req);
 }
 
+// A request carries the framework but no compute scales, so a run
+// calibration applies only in process.
+absl::Status CheckCalibrationIsLocal(const InputFlags& f,
+                                     const RemoteFlags& remote) {
+  if (remote.server.empty() || f.calibration.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "--calibration: not supported with --server (the planning service "
+      "takes no compute scales); plan in process");
+}
+
 absl::StatusOr<std::unique_ptr<PlannerClient>> ConnectRemote(
     const RemoteFlags& remote) {
   PlannerClientConfig config;
@@ -422,13 +432,8 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
   // the call, so that the whole call stays under a second.
   const bool whole_call_budget =
       !budget_given.has_value() && IsLatencyBudgeted(planner_name);
-  if (!remote.server.empty() && !f.calibration.empty()) {
-    // A request carries the framework but no compute scales.
-    return Fail(err, absl::InvalidArgumentError(
-                         "--calibration: not supported with --server (the "
-                         "planning service takes no compute scales); plan "
-                         "in process"));
-  }
+  if (absl::Status s = CheckCalibrationIsLocal(f, remote); !s.ok())
+    return Fail(err, s);
   if (!remote.server.empty()) {
     // 0 leaves that budget to the server, which counts it alike.
     return RunPlanRemote(f, remote, **ctx, planner_name, *objective,
@@ -474,13 +479,8 @@ int RunEvaluate(const InputFlags& f, const RemoteFlags& remote,
   absl::StatusOr<Plan> plan =
       LoadPlanFile(plan_file, (*ctx)->cluster(), (*ctx)->catalog());
   if (!plan.ok()) return Fail(err, plan.status());
-  if (!remote.server.empty() && !f.calibration.empty()) {
-    // A request carries the framework but no compute scales.
-    return Fail(err, absl::InvalidArgumentError(
-                         "--calibration: not supported with --server (the "
-                         "planning service takes no compute scales); plan "
-                         "in process"));
-  }
+  if (absl::Status s = CheckCalibrationIsLocal(f, remote); !s.ok())
+    return Fail(err, s);
   if (!remote.server.empty()) {
     absl::StatusOr<std::unique_ptr<PlannerClient>> client =
         ConnectRemote(remote);
