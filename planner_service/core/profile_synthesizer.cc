@@ -141,9 +141,10 @@ double ReplicatedActivationBytesPerToken(const ModelSpec& m) {
   const double h = m.hidden;
   return 2 * kB16 * h + 2 * kB16 * h + (m.mlp == MlpKind::kGelu ? 2 * h : 0);
 }
-// Norm and residual element accesses per token that run on every rank
-// without sequence parallelism.
-double ReplicatedElementwisePerToken(const ModelSpec& m) {
+// Element accesses per token of a block's two norms (read + write) and two
+// residual adds (2 reads + 1 write): what sequence parallelism shards, and
+// what runs on every rank without it.
+double NormAndResidualElementsPerToken(const ModelSpec& m) {
   return 2 * 2 * double(m.hidden) + 2 * 3 * double(m.hidden);
 }
 
@@ -152,8 +153,7 @@ double ReplicatedElementwisePerToken(const ModelSpec& m) {
 // residual adds (2 reads + 1 write), RoPE on q and k (read + write).
 double AttentionElementwisePerToken(const ModelSpec& m) {
   const AttnDims d = AttentionDims(m);
-  const double h = m.hidden;
-  return 2 * 2 * h + 2 * 3 * h + 2 * (d.q + d.k);
+  return NormAndResidualElementsPerToken(m) + 2 * (d.q + d.k);
 }
 
 double MlpActElementsPerToken(MlpKind kind, double ffn) {
@@ -321,21 +321,20 @@ absl::StatusOr<ProfileEntry> ProfileSynthesizer::Synthesize(
   // without sequence parallelism runs and keeps on every rank; returns the
   // activation bytes it adds to the block's.
   const SynthesisKernels& k = kernels_;
-  auto AddAttentionCore = [&](const ModelSpec& model, int t, int b, int s,
-                              LayerWork* work) {
+  auto AddAttentionCore = [&](LayerWork* work) {
     double extra = 0;
     if (k.flash_attention) {
-      AddFlashAttention(model, t, b, s, work);
+      AddFlashAttention(m, tp, mbs, seq, work);
     } else {
-      extra += AddMaterializedAttention(model, t, b, s, k.attention_dropout,
+      extra += AddMaterializedAttention(m, tp, mbs, seq, k.attention_dropout,
                                         work);
-      extra -= T * 4.0 * model.num_heads / t;  // no flash softmax statistics
+      extra -= T * 4.0 * m.num_heads / tp;  // no flash softmax statistics
     }
-    if (!k.sequence_parallel && t > 1) {
-      const double replicated = 1.0 - 1.0 / t;
-      extra += T * ReplicatedActivationBytesPerToken(model) * replicated;
+    if (!k.sequence_parallel && tp > 1) {
+      const double replicated = 1.0 - 1.0 / tp;
+      extra += T * ReplicatedActivationBytesPerToken(m) * replicated;
       work->fwd_bytes +=
-          T * kB16 * ReplicatedElementwisePerToken(model) * replicated;
+          T * kB16 * NormAndResidualElementsPerToken(m) * replicated;
     }
     return extra;
   };
@@ -354,7 +353,7 @@ absl::StatusOr<ProfileEntry> ProfileSynthesizer::Synthesize(
       w.fwd_bytes = T * kB16 * elems / tp;
       act_bytes = T * (AttentionActivationBytesPerToken(m) +
                        DenseMlpActivationBytesPerToken(m)) / tp;
-      act_bytes += AddAttentionCore(m, tp, mbs, seq, &w);
+      act_bytes += AddAttentionCore(&w);
       // Sequence parallel: attention and MLP each all-gather their input
       // and reduce-scatter their output; the backward mirrors it.
       comm_ms = 8 * RingCollectiveMs(S_AGRS, tp, gpu, p);
@@ -366,7 +365,7 @@ absl::StatusOr<ProfileEntry> ProfileSynthesizer::Synthesize(
       const double E = m.moe.num_experts;
       const double n_shared = m.moe.shared_experts;
       AddAttentionGemms(m, T, tp, &w);
-      const double core_act = AddAttentionCore(m, tp, mbs, seq, &w);
+      const double core_act = AddAttentionCore(&w);
       // Router on this rank's sequence-parallel share of the tokens.
       w.gemms.push_back({T / tp, E, h});
       if (n_shared > 0)
