@@ -241,29 +241,21 @@ def main():
     for r in vd["runs"]:
         r["training"]["framework"]["attention"] = "flash"
     variants.append(("megatron-lm-2021, attention: flash", "megatron-lm-2021.yaml", vd))
-    for mb in (2, 4):
-        vd = copy.deepcopy(mdoc)
-        keep = []
-        for r in vd["runs"]:
-            if "README" in r["label"]:
-                continue
-            if r["training"]["global_batch"] % (mb * r["plan"]["dp"]) == 0:
-                r["plan"]["micro_batch"] = mb
-                keep.append(r)
-        vd["runs"] = keep
-        variants.append((f"megatron-lm-2021, micro_batch {mb}", "megatron-lm-2021.yaml", vd))
-    for mb in (2, 4):
-        vd = copy.deepcopy(mdoc)
-        keep = []
-        for r in vd["runs"]:
-            if "README" in r["label"]:
-                continue
-            if r["training"]["global_batch"] % (mb * r["plan"]["dp"]) == 0:
-                r["plan"]["micro_batch"] = mb
-                r["training"]["framework"]["attention"] = "flash"
-                keep.append(r)
-        vd["runs"] = keep
-        variants.append((f"megatron-lm-2021, attention: flash, micro_batch {mb}", "megatron-lm-2021.yaml", vd))
+    for flash in (False, True):
+        for mb in (2, 4):
+            vd = copy.deepcopy(mdoc)
+            keep = []
+            for r in vd["runs"]:
+                if "README" in r["label"]:
+                    continue
+                if r["training"]["global_batch"] % (mb * r["plan"]["dp"]) == 0:
+                    r["plan"]["micro_batch"] = mb
+                    if flash:
+                        r["training"]["framework"]["attention"] = "flash"
+                    keep.append(r)
+            vd["runs"] = keep
+            label = "attention: flash, " if flash else ""
+            variants.append((f"megatron-lm-2021, {label}micro_batch {mb}", "megatron-lm-2021.yaml", vd))
     vd = copy.deepcopy(docs["dlperf-v100.yaml"])
     for r in vd["runs"]:
         r["training"]["framework"]["grad_reduce_bytes_per_param"] = 4
