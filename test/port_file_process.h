@@ -6,6 +6,7 @@
 #define ARACHNE_TEST_PORT_FILE_PROCESS_H_
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,8 +40,13 @@ inline absl::StatusOr<StartedProcess> StartWithPortFile(
     absl::Duration timeout = absl::Seconds(30)) {
   std::filesystem::remove(port_file);
   StartedProcess p;
+  const pid_t test = getpid();
   p.pid = fork();
   if (p.pid == 0) {
+    // Dies with the test: a test that fails a CHECK runs no destructors,
+    // and a server left behind would hold ctest's output pipe open.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != test) _exit(127);
     FILE* f = freopen(log.c_str(), "w", stderr);
     (void)f;
     std::vector<char*> args;
