@@ -216,6 +216,12 @@ std::string DescribeCorrections(const RunCorrections& c) {
   for (const auto& [gpu, scale] : c.compute_scale) {
     parts.push_back(absl::StrFormat("compute_scale %s %.3f", gpu, scale));
   }
+  for (const auto& [gpu, scale] : c.attention_scale) {
+    parts.push_back(absl::StrFormat("attention_scale %s %.3f", gpu, scale));
+  }
+  for (const auto& [gpu, scale] : c.tp_comm_scale) {
+    parts.push_back(absl::StrFormat("tp_comm_scale %s %.3f", gpu, scale));
+  }
   if (c.micro_batch_fixed_s) {
     parts.push_back(absl::StrFormat("micro_batch_fixed %.3f ms",
                                     *c.micro_batch_fixed_s * 1e3));

@@ -63,10 +63,11 @@ CLI::App* AddCalibrateCommand(CLI::App& app, CalibrateFlags* f) {
       ->delimiter(',');
   cmd->add_option("--fit", f->parameters,
                   "what to fit, comma-separated: compute_scale, "
-                  "micro_batch_fixed_ms, iteration_fixed_ms, "
-                  "context_reserve_gib, fragmentation (default: what the "
-                  "runs determine); a named one the runs do not determine "
-                  "is an error")
+                  "attention_scale, tp_comm_scale, micro_batch_fixed_ms, "
+                  "iteration_fixed_ms, context_reserve_gib, fragmentation "
+                  "(default: what the runs determine; attention_scale, "
+                  "tp_comm_scale and iteration_fixed_ms only when named); "
+                  "a named one the runs do not determine is an error")
       ->delimiter(',');
   cmd->add_option("--out", f->out_file,
                   "write the calibration file (JSON) here, for "

@@ -73,6 +73,12 @@ absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
     const auto scale_it = params.compute_scale.find(gpu.id);
     const double compute_scale =
         scale_it == params.compute_scale.end() ? 1.0 : scale_it->second;
+    const auto tp_it = params.tp_comm_scale.find(gpu.id);
+    const double tp_comm_scale =
+        tp_it == params.tp_comm_scale.end() ? 1.0 : tp_it->second;
+    const auto attn_it = params.attention_scale.find(gpu.id);
+    const double attention_extra =
+        (attn_it == params.attention_scale.end() ? 1.0 : attn_it->second) - 1.0;
     for (int tl = 0; tl <= kMaxTpLog2; ++tl) {
       for (int ml = 0; ml <= kMaxMbsLog2; ++ml) {
         auto& cell = cm.cells_[cm.CellIndex(type, tl, ml)];
@@ -84,9 +90,13 @@ absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
           if (e == nullptr) continue;
           LayerCost& c = cell[k];
           c.present = true;
-          c.fwd_s = e->fwd_ms * 1e-3 * compute_scale;
-          const double bwd_s = e->bwd_ms * 1e-3 * compute_scale;
-          c.tp_comm_s = e->tp_comm_ms * 1e-3 * fw.tp_comm_exposed_fraction;
+          c.fwd_s = (e->fwd_ms + attention_extra * e->attention_fwd_ms) *
+                    1e-3 * compute_scale;
+          const double bwd_s =
+              (e->bwd_ms + attention_extra * e->attention_bwd_ms) * 1e-3 *
+              compute_scale;
+          c.tp_comm_s = e->tp_comm_ms * 1e-3 * fw.tp_comm_exposed_fraction *
+                        tp_comm_scale;
           c.params = static_cast<double>(e->param_count);
           const double act = static_cast<double>(e->activation_bytes);
           const bool block = kind == LayerKind::kDense ||
@@ -154,7 +164,6 @@ void CostModel::FillFacts(const Template& t, PlacementFacts& f) const {
   const GpuCatalog& catalog = *catalog_;
   const std::vector<double>& nic_share = nic_share_;
   const double p2p_nic_eff = params_.nic_efficiency;
-  f.min_share = kInfeasible;
   const int d = t.depth();
   for (int s = 0; s < d; ++s) {
     f.stage_min_share[s] = kInfeasible;
@@ -184,7 +193,22 @@ void CostModel::FillFacts(const Template& t, PlacementFacts& f) const {
       }
     }
   }
-  for (int s = 0; s < d; ++s) f.min_share = std::min(f.min_share, f.stage_min_share[s]);
+  // Members of each stage's data-parallel rings per node: one TP rank of
+  // every replica of stage s on a node belongs to the same ring.
+  thread_local std::vector<int> members;
+  if (members.size() < nic_share.size()) members.assign(nic_share.size(), 0);
+  f.min_ring_share = kInfeasible;
+  for (int s = 0; s < d; ++s) {
+    for (int r = 0; r < t.replicas; ++r) ++members[t.at(r, s).node];
+    f.stage_ring_share[s] = kInfeasible;
+    for (int r = 0; r < t.replicas; ++r) {
+      const int node = t.at(r, s).node;
+      f.stage_ring_share[s] =
+          std::min(f.stage_ring_share[s], nic_share[node] * members[node]);
+    }
+    for (int r = 0; r < t.replicas; ++r) members[t.at(r, s).node] = 0;
+    f.min_ring_share = std::min(f.min_ring_share, f.stage_ring_share[s]);
+  }
   f.only_node = t.replicas > 0 && d > 0 ? t.at(0, 0).node : -1;
   for (int r = 0; r < t.replicas && f.only_node >= 0; ++r)
     for (int s = 0; s < d; ++s)
@@ -297,7 +321,7 @@ CostModel::StageTerms CostModel::StageTimeTerms(
       const StageParams sp = ParamsOf(tmpl, s);
       const bool intra = f.stage_single_node[s] && plan.templates.size() == 1;
       const double bw = intra ? catalog_->type(st.gpu_type).intra_node_gbps
-                              : f.stage_min_share[s];
+                              : f.stage_ring_share[s];
       const double step = intra ? params_.intra_node_step_latency_s
                                 : params_.network_step_latency_s;
       const double bytes = (sp.non_expert + sp.expert) * 2.0;
@@ -559,9 +583,9 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
   const PlacementFacts* facts = work.facts;
   const int first_node = plan.templates[0].placement[0].node;
   bool plan_single_node = true;
-  double plan_min_share = kInfeasible;
+  double plan_min_ring_share = kInfeasible;
   for (size_t j = 0; j < plan.templates.size(); ++j) {
-    plan_min_share = std::min(plan_min_share, facts[j].min_share);
+    plan_min_ring_share = std::min(plan_min_ring_share, facts[j].min_ring_share);
     if (facts[j].only_node != first_node) plan_single_node = false;
   }
   // Stage times already priced for the balance are not priced again.
@@ -610,8 +634,8 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
       const double bw =
           intra ? catalog_->type(st.gpu_type).intra_node_gbps
                 : (plan.templates.size() == 1
-                       ? facts[j].stage_min_share[s]
-                       : std::min(facts[j].stage_min_share[s], plan_min_share));
+                       ? facts[j].stage_ring_share[s]
+                       : std::min(facts[j].stage_ring_share[s], plan_min_ring_share));
       const double step_latency = intra ? params_.intra_node_step_latency_s
                                         : params_.network_step_latency_s;
       auto ring = [&](double bytes, double n) {

@@ -81,12 +81,17 @@ class CostModel {
   struct PlacementFacts {
     // Lowest per-GPU NIC share (GB/s) over the nodes of each stage.
     std::array<double, kMaxPricedDepth> stage_min_share;
+    // Lowest NIC share (GB/s) one data-parallel ring of stage s gets over
+    // the nodes it crosses: a ring with k members on a node crosses that
+    // node's NIC once, so it gets k GPUs' shares (NCCL's ring keeps the
+    // node's members adjacent, the intra-node hops run on NVLink/PCIe).
+    std::array<double, kMaxPricedDepth> stage_ring_share;
     // Bandwidth (GB/s) of the slowest link from stage s to s+1 over
     // replicas.
     std::array<double, kMaxPricedDepth> boundary_gbps;
     // Whether all replicas of stage s sit on one node.
     std::array<bool, kMaxPricedDepth> stage_single_node;
-    double min_share = kInfeasible;
+    double min_ring_share = kInfeasible;
     // The node every stage of every replica sits on, -1 when more than one.
     int only_node = -1;
   };

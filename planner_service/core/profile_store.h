@@ -43,6 +43,11 @@ struct ProfileEntry {
   double fwd_ms = 0;
   double bwd_ms = 0;
   double tp_comm_ms = 0;         // TP collectives (fwd + bwd), 0 at tp = 1
+  // Of fwd_ms / bwd_ms, the fused (flash) attention kernel's time: known
+  // for synthesized entries (what CostParams::attention_scale scales), 0
+  // for measured ones, whose split is not known.
+  double attention_fwd_ms = 0;
+  double attention_bwd_ms = 0;
   int64_t activation_bytes = 0;  // stored for backward, per GPU
   int64_t param_count = 0;       // parameters held per GPU
   ProfileSource source = ProfileSource::kSynthesized;

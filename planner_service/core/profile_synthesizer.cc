@@ -224,6 +224,8 @@ LayerTime EstimateLayerTime(const LayerWork& work, const CalibrationParams& p,
   t.bwd_ms = 1e3 * (2.0 * gemm_s / p.bwd_eff_rel + attn_bwd_s +
                     work.bwd_bytes / bw) +
              2.0 * p.layer_overhead_us * 1e-3;
+  t.attention_fwd_ms = 1e3 * attn_fwd_s;
+  t.attention_bwd_ms = 1e3 * attn_bwd_s;
   return t;
 }
 
@@ -444,6 +446,8 @@ absl::StatusOr<ProfileEntry> ProfileSynthesizer::Synthesize(
                                         p.gemm_eff_max, gpu.hbm_gbps, tp);
   e.fwd_ms = t.fwd_ms;
   e.bwd_ms = t.bwd_ms;
+  e.attention_fwd_ms = t.attention_fwd_ms;
+  e.attention_bwd_ms = t.attention_bwd_ms;
   e.tp_comm_ms = comm_ms;
   e.activation_bytes = static_cast<int64_t>(std::llround(act_bytes));
   e.param_count = static_cast<int64_t>(std::llround(params));

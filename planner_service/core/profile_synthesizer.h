@@ -99,6 +99,9 @@ struct LayerWork {
 struct LayerTime {
   double fwd_ms = 0;
   double bwd_ms = 0;
+  // Of fwd_ms / bwd_ms: the fused (flash) attention kernel.
+  double attention_fwd_ms = 0;
+  double attention_bwd_ms = 0;
 };
 
 // Applies the roofline above. `peak_tflops` and `gemm_eff_max` are those of

@@ -39,6 +39,10 @@ constexpr double kNoMemoryLimit = 1e9;
 // ~500x the A6000 figures): the report warns beyond a factor of 2.
 constexpr double kMinComputeScale = 1e-3;
 constexpr double kMaxComputeScale = 1e4;
+// The attention kernel's and the TP collectives' corrections: what
+// separates one kind of work's efficiency from the rest on the same GPU.
+constexpr double kMinAttentionScale = 1e-2;
+constexpr double kMaxAttentionScale = 1e2;
 
 // Prices one run repeatedly under different corrections: the profiles
 // (shipped, then synthesized; none of the fitted corrections changes them)
@@ -131,6 +135,8 @@ class RunPricer {
 
 enum class ParamKind {
   kComputeScale,
+  kAttentionScale,
+  kTpCommScale,
   kMicroBatchFixed,
   kIterationFixed,
   kContextReserve,
@@ -142,7 +148,7 @@ enum class ParamKind {
 // GiB, fraction) for the framework fields, which may be 0.
 struct Param {
   ParamKind kind;
-  std::string gpu;  // compute scale only
+  std::string gpu;  // the per-GPU scales only
   double lo = 0, hi = 0;
   // For the identifiability check of a field that may be 0: d log T / d
   // log p is taken at this value (or the start value when larger), where
@@ -153,6 +159,10 @@ struct Param {
     switch (kind) {
       case ParamKind::kComputeScale:
         return absl::StrCat(kFitComputeScale, "[", gpu, "]");
+      case ParamKind::kAttentionScale:
+        return absl::StrCat(kFitAttentionScale, "[", gpu, "]");
+      case ParamKind::kTpCommScale:
+        return absl::StrCat(kFitTpCommScale, "[", gpu, "]");
       case ParamKind::kMicroBatchFixed:
         return std::string(kFitMicroBatchFixed);
       case ParamKind::kIterationFixed:
@@ -166,11 +176,22 @@ struct Param {
   }
   // How a message names it: "the A100-80GB compute scale".
   std::string Prose() const {
-    return kind == ParamKind::kComputeScale
-               ? absl::StrCat("the ", gpu, " compute scale")
-               : Name();
+    if (kind == ParamKind::kComputeScale) {
+      return absl::StrCat("the ", gpu, " compute scale");
+    }
+    if (kind == ParamKind::kAttentionScale) {
+      return absl::StrCat("the ", gpu, " attention scale");
+    }
+    if (kind == ParamKind::kTpCommScale) {
+      return absl::StrCat("the ", gpu, " TP-communication scale");
+    }
+    return Name();
   }
-  bool is_log() const { return kind == ParamKind::kComputeScale; }
+  bool is_log() const {
+    return kind == ParamKind::kComputeScale ||
+           kind == ParamKind::kAttentionScale ||
+           kind == ParamKind::kTpCommScale;
+  }
   // The value written out (factor, ms, GiB, fraction).
   double Display(double x) const { return is_log() ? std::exp(x) : x; }
 };
@@ -178,6 +199,14 @@ struct Param {
 Param ComputeScaleParam(const std::string& gpu) {
   return {ParamKind::kComputeScale, gpu, std::log(kMinComputeScale),
           std::log(kMaxComputeScale), 0};
+}
+Param AttentionScaleParam(const std::string& gpu) {
+  return {ParamKind::kAttentionScale, gpu, std::log(kMinAttentionScale),
+          std::log(kMaxAttentionScale), 0};
+}
+Param TpCommScaleParam(const std::string& gpu) {
+  return {ParamKind::kTpCommScale, gpu, std::log(kMinAttentionScale),
+          std::log(kMaxAttentionScale), 0};
 }
 Param MicroBatchFixedParam() {
   return {ParamKind::kMicroBatchFixed, "", 0, 1e4, 1.0};
@@ -201,6 +230,12 @@ RunCorrections CorrectionsOf(const std::vector<Param>& params,
     switch (p.kind) {
       case ParamKind::kComputeScale:
         c.compute_scale[p.gpu] = std::exp(x[j]);
+        break;
+      case ParamKind::kAttentionScale:
+        c.attention_scale[p.gpu] = std::exp(x[j]);
+        break;
+      case ParamKind::kTpCommScale:
+        c.tp_comm_scale[p.gpu] = std::exp(x[j]);
         break;
       case ParamKind::kMicroBatchFixed:
         c.micro_batch_fixed_s = x[j] * 1e-3;
@@ -463,6 +498,13 @@ std::string ConfusionReason(const Confusion& c, const std::vector<Param>& p,
                         memory ? "peak memory" : "time", " depends on it",
                         q.kind == ParamKind::kComputeScale
                             ? " (its stages are never on the critical path)"
+                        : q.kind == ParamKind::kAttentionScale
+                            ? " (its layers have no flash-attention time to "
+                              "scale: measured profiles, or materialized "
+                              "attention, which compute_scale covers)"
+                        : q.kind == ParamKind::kTpCommScale
+                            ? " (its stages run at TP 1: no TP "
+                              "communication)"
                             : "");
   }
   std::string partner =
@@ -472,6 +514,14 @@ std::string ConfusionReason(const Confusion& c, const std::vector<Param>& p,
     what =
         "the runs' micro-batch counts per replica grow in proportion to "
         "their compute";
+  } else if (q.kind == ParamKind::kAttentionScale) {
+    what =
+        "the fitted runs spend the same share of their time in attention "
+        "(fit it on runs of different sequence lengths)";
+  } else if (q.kind == ParamKind::kTpCommScale) {
+    what =
+        "the fitted runs spend the same share of their time in TP "
+        "communication (fit it on runs of different TP degrees)";
   } else if (q.kind == ParamKind::kFragmentation) {
     what = "the fitted runs' predicted tensors are (nearly) the same size";
   } else {
@@ -602,6 +652,12 @@ void ApplyCorrections(const RunCorrections& c, TrainingConfig* training,
   for (const auto& [gpu, scale] : c.compute_scale) {
     params->compute_scale[gpu] = scale;
   }
+  for (const auto& [gpu, scale] : c.attention_scale) {
+    params->attention_scale[gpu] = scale;
+  }
+  for (const auto& [gpu, scale] : c.tp_comm_scale) {
+    params->tp_comm_scale[gpu] = scale;
+  }
   FrameworkConfig& fw = training->framework;
   if (c.micro_batch_fixed_s) fw.micro_batch_fixed_s = *c.micro_batch_fixed_s;
   if (c.iteration_fixed_s) fw.iteration_fixed_s = *c.iteration_fixed_s;
@@ -655,13 +711,16 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   const bool automatic = options.parameters.empty();
   absl::flat_hash_set<std::string> asked;
   for (const std::string& p : options.parameters) {
-    if (p != kFitComputeScale && p != kFitMicroBatchFixed &&
+    if (p != kFitComputeScale && p != kFitAttentionScale &&
+        p != kFitTpCommScale &&
+        p != kFitMicroBatchFixed &&
         p != kFitIterationFixed && p != kFitContextReserve &&
         p != kFitFragmentation) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parameters: unknown parameter ", QuoteForMessage(p),
-          " (known: compute_scale, micro_batch_fixed_ms, iteration_fixed_ms, "
-          "context_reserve_gib, fragmentation)"));
+          " (known: compute_scale, attention_scale, tp_comm_scale, "
+          "micro_batch_fixed_ms, iteration_fixed_ms, context_reserve_gib, "
+          "fragmentation)"));
     }
     asked.insert(p);
   }
@@ -709,6 +768,24 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   if (automatic || asked.contains(kFitComputeScale)) {
     for (const std::string& gpu : TypesUsed(time.pricers)) {
       cand.push_back(ComputeScaleParam(gpu));
+      req.push_back(true);
+      start.push_back(0);
+    }
+  }
+  // Only when named: runs of one sequence length cannot tell it from the
+  // compute scale, and the automatic fit stays the few robust factors.
+  if (asked.contains(kFitAttentionScale)) {
+    for (const std::string& gpu : TypesUsed(time.pricers)) {
+      cand.push_back(AttentionScaleParam(gpu));
+      req.push_back(true);
+      start.push_back(0);
+    }
+  }
+  // Likewise the TP collectives: runs of one TP degree cannot tell them
+  // from the compute.
+  if (asked.contains(kFitTpCommScale)) {
+    for (const std::string& gpu : TypesUsed(time.pricers)) {
+      cand.push_back(TpCommScaleParam(gpu));
       req.push_back(true);
       start.push_back(0);
     }
@@ -895,6 +972,24 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
           gpu, scale));
     }
   }
+  for (const auto& [gpu, scale] : corrections.attention_scale) {
+    if (scale < 0.5 || scale > 2.0) {
+      result.warnings.push_back(absl::StrFormat(
+          "attention_scale[%s] = %.4g is more than a factor 2 from the "
+          "profiles: check the runs' attention kernel (flash or "
+          "materialized) and sequence lengths before trusting it",
+          gpu, scale));
+    }
+  }
+  for (const auto& [gpu, scale] : corrections.tp_comm_scale) {
+    if (scale < 0.5 || scale > 2.0) {
+      result.warnings.push_back(absl::StrFormat(
+          "tp_comm_scale[%s] = %.4g is more than a factor 2 from the "
+          "profiles: check the nodes' GPU interconnect (NVLink, NVSwitch, "
+          "PCIe) and the runs' TP overlap before trusting it",
+          gpu, scale));
+    }
+  }
   if (corrections.micro_batch_fixed_s || corrections.iteration_fixed_s) {
     absl::StatusOr<std::pair<double, int>> share =
         FixedShare(time, corrections);
@@ -936,6 +1031,15 @@ nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file) {
     scale[gpu] = Rounded(s);
   }
   j["compute_scale"] = scale;
+  // The per-kind scales only when fitted.
+  for (const auto& [field, scales] :
+       {std::pair{kFitAttentionScale, &file.corrections.attention_scale},
+        std::pair{kFitTpCommScale, &file.corrections.tp_comm_scale}}) {
+    if (scales->empty()) continue;
+    Json out = Json::object();
+    for (const auto& [gpu, s] : *scales) out[gpu] = Rounded(s);
+    j[std::string(field)] = out;
+  }
   Json fw = Json::object();
   const RunCorrections& c = file.corrections;
   if (c.micro_batch_fixed_s) {
@@ -960,7 +1064,8 @@ absl::StatusOr<RunCalibrationFile> RunCalibrationFromJson(
   ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader top,
                               ObjectReader::Create(json, source, ""));
   ARACHNE_IO_RETURN_IF_ERROR(top.AllowOnly(
-      {"format", "compute_scale", "framework", "fitted_on", "cluster_note"}));
+      {"format", "compute_scale", "attention_scale", "tp_comm_scale",
+       "framework", "fitted_on", "cluster_note"}));
   ARACHNE_IO_ASSIGN_OR_RETURN(const std::string format, top.String("format"));
   if (format != kRunCalibrationFormat) {
     return top.Error(
@@ -968,8 +1073,13 @@ absl::StatusOr<RunCalibrationFile> RunCalibrationFromJson(
                                QuoteForMessage(format)));
   }
   RunCalibrationFile file;
-  if (top.Has("compute_scale")) {
-    ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader s, top.Object("compute_scale"));
+  // The scales: GPU id (or alias) -> factor > 0, each type once.
+  for (const auto& [field, out] :
+       {std::pair{kFitComputeScale, &file.corrections.compute_scale},
+        std::pair{kFitAttentionScale, &file.corrections.attention_scale},
+        std::pair{kFitTpCommScale, &file.corrections.tp_comm_scale}}) {
+    if (!top.Has(field)) continue;
+    ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader s, top.Object(field));
     for (const auto& [key, value] : s.value().items()) {
       absl::StatusOr<int> type = catalog.IndexOf(key);
       if (!type.ok()) {
@@ -977,7 +1087,7 @@ absl::StatusOr<RunCalibrationFile> RunCalibrationFromJson(
       }
       ARACHNE_IO_ASSIGN_OR_RETURN(const double v, s.Number(key, 0, true));
       const std::string& id = catalog.type(*type).id;
-      if (!file.corrections.compute_scale.emplace(id, v).second) {
+      if (!out->emplace(id, v).second) {
         return s.Error(key, absl::StrCat("names GPU type ", id, " twice"));
       }
     }

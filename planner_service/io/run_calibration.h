@@ -5,6 +5,12 @@
 //
 //   * compute_scale[GPU type]: multiplier on that type's profiled layer
 //     compute time (CostParams::compute_scale), one per type the runs use;
+//   * attention_scale[GPU type], only when asked for: multiplier on the
+//     fused attention kernel's share of the synthesized layer times
+//     (CostParams::attention_scale), for runs whose sequence lengths vary;
+//   * tp_comm_scale[GPU type], only when asked for: multiplier on the TP
+//     collectives' time (CostParams::tp_comm_scale), for runs of different
+//     TP degrees;
 //   * micro_batch_fixed_ms / iteration_fixed_ms: the framework's host-side
 //     fixed costs (FrameworkConfig::micro_batch_fixed_s / iteration_fixed_s);
 //   * context_reserve_gib / fragmentation: the framework's memory outside
@@ -58,6 +64,10 @@ struct MeasuredRun {
 struct RunCorrections {
   // Canonical GPU id -> multiplier on its layer compute time (> 0).
   std::map<std::string, double> compute_scale;
+  // Canonical GPU id -> multiplier on its flash-attention kernel time (> 0).
+  std::map<std::string, double> attention_scale;
+  // Canonical GPU id -> multiplier on its TP-collective time (> 0).
+  std::map<std::string, double> tp_comm_scale;
   // Framework fields, in seconds / GiB as FrameworkConfig holds them.
   std::optional<double> micro_batch_fixed_s;
   std::optional<double> iteration_fixed_s;
@@ -65,7 +75,9 @@ struct RunCorrections {
   std::optional<double> fragmentation;
 
   bool empty() const {
-    return compute_scale.empty() && !micro_batch_fixed_s &&
+    return compute_scale.empty() && attention_scale.empty() &&
+           tp_comm_scale.empty() &&
+           !micro_batch_fixed_s &&
            !iteration_fixed_s && !context_reserve_gib && !fragmentation;
   }
   friend bool operator==(const RunCorrections&,
@@ -109,6 +121,8 @@ absl::StatusOr<RunPrediction> PredictRun(const MeasuredRun& run,
 // them. A compute scale is "compute_scale[<GPU id>]"; the framework fields
 // take their FrameworkFieldNames names.
 inline constexpr absl::string_view kFitComputeScale = "compute_scale";
+inline constexpr absl::string_view kFitAttentionScale = "attention_scale";
+inline constexpr absl::string_view kFitTpCommScale = "tp_comm_scale";
 inline constexpr absl::string_view kFitMicroBatchFixed = "micro_batch_fixed_ms";
 inline constexpr absl::string_view kFitIterationFixed = "iteration_fixed_ms";
 inline constexpr absl::string_view kFitContextReserve = "context_reserve_gib";
@@ -128,7 +142,11 @@ struct FitOptions {
   // is a fixed cost per micro-batch that, fitted, makes up more than half
   // of a run's predicted time (a compute error absorbed). The fixed cost
   // per iteration is fitted only when named: it absorbs any error that
-  // grows less than linearly with the compute. Named
+  // grows less than linearly with the compute. So is the attention scale
+  // ("attention_scale": one per GPU type, after the compute scales): it
+  // needs runs whose attention share differs (sequence lengths); and the
+  // TP-communication scale ("tp_comm_scale"), which needs runs of
+  // different TP degrees. Named
   // explicitly, a parameter the runs do not determine is
   // FailedPrecondition instead.
   std::vector<std::string> parameters;
@@ -192,6 +210,8 @@ inline constexpr double kIdentifiabilityTolerance = 0.05;
 //
 // {"format": "arachne-run-calibration-1",
 //  "compute_scale": {"A100-80GB": 1.31},
+//  "attention_scale": {"H100-80GB": 1.6},     (optional)
+//  "tp_comm_scale": {"V100-16GB": 2.1},       (optional)
 //  "framework": {"micro_batch_fixed_ms": 1.2, "iteration_fixed_ms": 40,
 //                "context_reserve_gib": 2.1, "fragmentation": 0.07},
 //  "fitted_on": ["gpt-2.7b pp4 16 nodes"],

@@ -122,6 +122,36 @@ TEST_F(CostModelTest, DataParallelSyncAcrossMixedReplicas) {
   EXPECT_TRUE(ValidatePlan(plan, cm).ok());
 }
 
+// A data-parallel ring crosses each node's NIC once, whatever number of its
+// members sit there: two replicas per node share one ring's crossing, two
+// replicas of TP 2 (two rings, one per TP rank) split the NIC between them.
+TEST_F(CostModelTest, GradientRingGetsTheNicShareOfItsMembersOnTheNode) {
+  Cluster cluster = MakeCluster(catalog_, {{kFast, 2}, {kFast, 2}});
+  CostModel cm = Build(cluster);
+  auto dp_sync = [&](int tp, int replicas, std::vector<StagePlacement> where) {
+    Plan plan;
+    Template t;
+    t.stages = {MakeStage(kFast, tp, 0, 4)};
+    t.replicas = replicas;
+    t.micro_batch_size = 1;
+    t.placement = std::move(where);
+    plan.templates = {t};
+    CHECK(cm.BalanceMicroBatches(plan) == Infeasibility::kOk);
+    auto p = cm.Predict(plan);
+    CHECK(p.ok()) << p.status();
+    return p->breakdown.dp_sync_s;
+  };
+  // Four TP-1 replicas, two per node: one ring, 2 members per node, so the
+  // NIC's two per-GPU shares (kNic / 2 each) are one crossing's kNic.
+  const double four = 8.4e-6 + 2 * 3 * 9.6e-6 + 2 * 0.75 * 8e6 / (kNic * 1e9);
+  EXPECT_NEAR(dp_sync(1, 4, {{0, {0}}, {0, {1}}, {1, {0}}, {1, {1}}}), four,
+              1e-12);
+  // Two TP-2 replicas, one per node: two rings (one per TP rank) of one
+  // member per node, each on half the NIC, carrying half the gradients.
+  const double two = 8.4e-6 + 2 * 9.6e-6 + 4e6 / (kNic / 2 * 1e9);
+  EXPECT_NEAR(dp_sync(2, 2, {{0, {0, 1}}, {1, {0, 1}}}), two, 1e-12);
+}
+
 TEST_F(CostModelTest, MoeStageAllToAllInsideNode) {
   profiles_ = testing::ToyProfiles("toymoe");
   Cluster cluster = MakeCluster(catalog_, {{kFast, 2}});

@@ -401,6 +401,104 @@ TEST_F(RunCalibrationTest, RefusesTwoTypesThatOnlyRunTogether) {
                         "parameters"));
 }
 
+// The attention scale separates the flash-attention kernel from the rest
+// of a GPU type's compute: runs of two sequence lengths determine both.
+// H100-80GB has no measured profiles, so its layers are synthesized and
+// carry their attention share.
+TEST_F(RunCalibrationTest, RecoversAttentionScaleFromTwoSequenceLengths) {
+  auto at_seq = [&](const std::string& label, int seq) {
+    MeasuredRun r = MakeRun(label, "H100-80GB", 1, 1, 1, 4, 1, 64);
+    r.training.seq_len = seq;
+    return r;
+  };
+  std::vector<MeasuredRun> runs = {at_seq("s2048", 2048), at_seq("s8192", 8192),
+                                   at_seq("s4096", 4096)};
+  RunCorrections truth;
+  truth.compute_scale["H100-80GB"] = 1.3;
+  truth.attention_scale["H100-80GB"] = 1.6;
+  Measure(runs, truth, false);
+  FitOptions o;
+  o.fit_on = {"s2048", "s8192"};
+  o.parameters = {"compute_scale", "attention_scale"};
+  absl::StatusOr<FitResult> r = FitCorrections(runs, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(r->corrections.compute_scale.at("H100-80GB"), 1.3, 1e-3);
+  EXPECT_NEAR(r->corrections.attention_scale.at("H100-80GB"), 1.6, 1e-3);
+  ASSERT_EQ(r->parameters.size(), 2u);
+  EXPECT_EQ(r->parameters[1].name, "attention_scale[H100-80GB]");
+  // The held-out length is predicted as measured; a compute scale alone
+  // could not fit both lengths.
+  ASSERT_FALSE(r->runs[2].fitted_on);
+  EXPECT_NEAR(r->runs[2].after.iteration_s / runs[2].measured_iteration_s, 1.0,
+              1e-4);
+  o.parameters = {"compute_scale"};
+  r = FitCorrections(runs, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->time_rms_log_error_after, 0.01);
+}
+
+TEST_F(RunCalibrationTest, RefusesAttentionScaleTheRunsDoNotDetermine) {
+  // One sequence length: every run spends the same share in attention.
+  std::vector<MeasuredRun> runs = {
+      MakeRun("b64", "H100-80GB", 1, 1, 1, 4, 1, 64),
+      MakeRun("b128", "H100-80GB", 1, 1, 1, 4, 1, 128)};
+  Measure(runs, RunCorrections{}, false);
+  FitOptions o;
+  o.parameters = {"compute_scale", "attention_scale"};
+  absl::StatusOr<FitResult> r = FitCorrections(runs, o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("attention_scale[H100-80GB]: the fitted runs spend the "
+                        "same share of their time in attention (fit it on runs "
+                        "of different sequence lengths), so it cannot be told "
+                        "apart from the H100-80GB compute scale"));
+  // Materialized attention has no flash kernel to scale.
+  for (MeasuredRun& run : runs) {
+    run.training.framework.attention = AttentionKernel::kMaterialized;
+  }
+  runs[1].training.seq_len = 4096;
+  Measure(runs, RunCorrections{}, false);
+  r = FitCorrections(runs, o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("attention_scale[H100-80GB]: no fitted run's predicted "
+                        "time depends on it (its layers have no flash-attention "
+                        "time to scale"));
+}
+
+// The TP-communication scale: runs of different TP degrees spend different
+// shares in TP collectives, so they tell it from the compute scale.
+TEST_F(RunCalibrationTest, RecoversTpCommScaleFromTwoTpDegrees) {
+  std::vector<MeasuredRun> runs = {
+      MakeRun("tp1", "H100-80GB", 1, 1, 1, 4, 1, 64),
+      MakeRun("tp4", "H100-80GB", 1, 4, 1, 1, 1, 64),
+      MakeRun("tp2", "H100-80GB", 1, 2, 1, 2, 1, 64)};
+  RunCorrections truth;
+  truth.compute_scale["H100-80GB"] = 1.2;
+  truth.tp_comm_scale["H100-80GB"] = 2.0;
+  Measure(runs, truth, false);
+  FitOptions o;
+  o.fit_on = {"tp1", "tp4"};
+  o.parameters = {"compute_scale", "tp_comm_scale"};
+  absl::StatusOr<FitResult> r = FitCorrections(runs, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(r->corrections.compute_scale.at("H100-80GB"), 1.2, 1e-3);
+  EXPECT_NEAR(r->corrections.tp_comm_scale.at("H100-80GB"), 2.0, 1e-3);
+  EXPECT_NEAR(r->runs[2].after.iteration_s / runs[2].measured_iteration_s, 1.0,
+              1e-4);
+  // TP 1 only: nothing to scale.
+  runs = {MakeRun("a", "H100-80GB", 1, 1, 1, 4, 1, 64),
+          MakeRun("b", "H100-80GB", 1, 1, 1, 4, 2, 64)};
+  Measure(runs, RunCorrections{}, false);
+  o.fit_on.clear();
+  r = FitCorrections(runs, o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("tp_comm_scale[H100-80GB]: no fitted run's predicted "
+                        "time depends on it (its stages run at TP 1: no TP "
+                        "communication)"));
+}
+
 TEST_F(RunCalibrationTest, FitsMemoryOverheadFromOneRun) {
   std::vector<MeasuredRun> runs = {MakeRun("pp2", "A100-80GB", 2, 1, 2, 4, 2)};
   RunCorrections truth;
@@ -478,6 +576,8 @@ TEST_F(RunCalibrationTest, ApplyCorrectionsSetsOnlyWhatIsPresent) {
 TEST_F(RunCalibrationTest, CalibrationFileRoundTrip) {
   RunCalibrationFile f;
   f.corrections.compute_scale["A100-80GB"] = 1.31;
+  f.corrections.attention_scale["H100"] = 1.62;
+  f.corrections.tp_comm_scale["V100-16GB"] = 2.5;
   f.corrections.micro_batch_fixed_s = 0.0012;
   f.corrections.context_reserve_gib = 2.5;
   f.corrections.fragmentation = 0.07;
@@ -492,6 +592,9 @@ TEST_F(RunCalibrationTest, CalibrationFileRoundTrip) {
   EXPECT_EQ(back->fitted_on, f.fitted_on);
   EXPECT_EQ(back->cluster_note, f.cluster_note);
   EXPECT_DOUBLE_EQ(back->corrections.compute_scale.at("A100-80GB"), 1.31);
+  // An alias is read back as the canonical id.
+  EXPECT_DOUBLE_EQ(back->corrections.attention_scale.at("H100-80GB"), 1.62);
+  EXPECT_DOUBLE_EQ(back->corrections.tp_comm_scale.at("V100-16GB"), 2.5);
   EXPECT_NEAR(*back->corrections.micro_batch_fixed_s, 0.0012, 1e-15);
   EXPECT_DOUBLE_EQ(*back->corrections.context_reserve_gib, 2.5);
   EXPECT_DOUBLE_EQ(*back->corrections.fragmentation, 0.07);
