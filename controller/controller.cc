@@ -702,10 +702,27 @@ void JobController::ReconcileOnce() {
   PollAgents();
 }
 
-PlanQuery JobController::BaseQuery(const ClusterSpec& cluster) const {
+PlanQuery JobController::BaseQuery(const ClusterSpec& cluster,
+                                   bool* corrected) const {
   PlanQuery q;
   q.model = config_.job.model;
   q.training = config_.job.training;
+  {
+    absl::MutexLock lock(&mu_);
+    if (corrected != nullptr) *corrected = have_corrections_;
+    if (have_corrections_) {
+      // Memory corrections stay out: the answer's per-stage memory is the
+      // raw prediction the generation records keep.
+      q.training.calibration = CorrectionsToMessage(corrections_);
+      v1::Framework& fw = q.training.framework;
+      if (corrections_.micro_batch_fixed_s) {
+        fw.set_micro_batch_fixed_ms(*corrections_.micro_batch_fixed_s * 1e3);
+      }
+      if (corrections_.iteration_fixed_s) {
+        fw.set_iteration_fixed_ms(*corrections_.iteration_fixed_s * 1e3);
+      }
+    }
+  }
   q.cluster = cluster;
   q.planner = config_.job.planner;
   q.budget_s = config_.job.planner_budget_s;
@@ -851,10 +868,11 @@ void JobController::Replan(const std::string& trigger) {
   }
 
   const ClusterSpec new_spec = ClusterOf(schedulable);
+  bool planned_corrected = false;  // the planner priced with the corrections
   absl::StatusOr<ReplanAnswer> answer = absl::UnavailableError("no members");
   if (!schedulable.empty()) {
     ReplanQuery q;
-    q.plan = BaseQuery(new_spec);
+    q.plan = BaseQuery(new_spec, &planned_corrected);
     q.current_cluster = ClusterToMessage(current_cluster, catalog_);
     q.current_plan = nlohmann::json{{"templates", current_json["templates"]}};
     const absl::Time asked = absl::Now();
@@ -932,6 +950,25 @@ void JobController::Replan(const std::string& trigger) {
         answer->current.feasible
             ? CorrectedThroughput(new_spec, answer->current.plan)
             : absl::StatusOr<std::optional<double>>(std::optional<double>(0.0));
+    // The planner searched on corrected costs: the raw throughputs are
+    // priced here, so the record keeps both.
+    absl::StatusOr<double> new_raw = in.new_throughput;
+    absl::StatusOr<double> old_raw = in.old_throughput;
+    if (planned_corrected) {
+      new_raw = PricedThroughput(new_spec, answer->new_plan.plan, {});
+      if (answer->current.feasible) {
+        old_raw = PricedThroughput(new_spec, answer->current.plan, {});
+      }
+    }
+    if (!new_raw.ok() || !old_raw.ok()) {
+      corrected_note = absl::StrCat(
+          "; the raw predictions could not be priced (",
+          (!new_raw.ok() ? new_raw.status() : old_raw.status()).message(),
+          "): recorded the corrected ones as raw");
+    } else {
+      in.new_throughput = *new_raw;
+      in.old_throughput = *old_raw;
+    }
     if (!new_c.ok() || !old_c.ok()) {
       corrected_note = absl::StrCat(
           "; the corrected predictions could not be priced (",
@@ -1348,7 +1385,18 @@ void JobController::StartMeasuring(int64_t generation, const Cluster& cluster,
     have = have_corrections_;
     corrections = corrections_;
   }
+  // With corrections in force the planner priced the plan with them (see
+  // BaseQuery): the raw prediction is priced here.
+  std::optional<RunPrediction> raw;
   if (have) {
+    absl::StatusOr<RunPrediction> r =
+        calibration_->Predict(cluster, plan, RunCorrections{});
+    if (r.ok()) {
+      raw = *r;
+    } else {
+      LOG(WARNING) << "generation " << generation
+                   << ": the raw prediction: " << r.status();
+    }
     absl::StatusOr<RunPrediction> p =
         calibration_->Predict(cluster, plan, corrections);
     if (p.ok()) {
@@ -1371,7 +1419,8 @@ void JobController::StartMeasuring(int64_t generation, const Cluster& cluster,
       record.generation = generation;
       record.cluster_json = ClusterToJson(cluster, catalog_).dump();
       record.plan_json = plan_json.dump();
-      record.predicted_iteration_s = JsonNumber(plan_json, "iteration_time_s");
+      record.predicted_iteration_s =
+          raw ? raw->iteration_s : JsonNumber(plan_json, "iteration_time_s");
       record.predicted_peak_gib = JsonNumber(plan_json, "max_memory_gib");
       record.first_iteration = first_iteration;
       record.warmup = warmup;
@@ -1552,6 +1601,14 @@ absl::StatusOr<std::optional<double>> JobController::CorrectedThroughput(
     if (!have_corrections_) return std::optional<double>();
     corrections = corrections_;
   }
+  absl::StatusOr<double> t = PricedThroughput(spec, plan_json, corrections);
+  if (!t.ok()) return t.status();
+  return std::optional<double>(*t);
+}
+
+absl::StatusOr<double> JobController::PricedThroughput(
+    const ClusterSpec& spec, const nlohmann::json& plan_json,
+    const RunCorrections& corrections) {
   absl::StatusOr<Cluster> cluster = ClusterFromMessage(spec, catalog_, "", "cluster");
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<Plan> plan = PlanFromJson(plan_json, *cluster, catalog_, "plan");
@@ -1561,9 +1618,9 @@ absl::StatusOr<std::optional<double>> JobController::CorrectedThroughput(
   if (!p.ok()) return p.status();
   if (!(p->iteration_s > 0)) {
     return absl::InternalError(absl::StrCat(
-        "the corrected iteration time is ", p->iteration_s, " s"));
+        "the predicted iteration time is ", p->iteration_s, " s"));
   }
-  return std::optional<double>(1.0 / p->iteration_s);
+  return 1.0 / p->iteration_s;
 }
 
 v1::GenerationMeasurement JobController::MeasurementToProto(

@@ -178,13 +178,24 @@ class JobController {
   // the plan cannot be priced.
   absl::StatusOr<std::optional<double>> CorrectedThroughput(
       const ClusterSpec& spec, const nlohmann::json& plan_json);
+  // The throughput of `plan_json` on the cluster of `spec` with
+  // `corrections` (none: the raw prediction), priced here.
+  absl::StatusOr<double> PricedThroughput(const ClusterSpec& spec,
+                                          const nlohmann::json& plan_json,
+                                          const RunCorrections& corrections);
   v1::GenerationMeasurement MeasurementToProto(const GenerationRecord& r) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(const std::string& kind, const std::string& message,
             int64_t generation = 0);
   void Fail(const std::string& message);
 
-  PlanQuery BaseQuery(const ClusterSpec& cluster) const;
+  // The planner query for `cluster`. With corrections in force it carries
+  // their time terms (the scales, and the fixed costs as framework
+  // overrides), so the planner searches on corrected costs; its answer's
+  // predictions are then corrected, and the raw ones are priced here
+  // (`*corrected` says which).
+  PlanQuery BaseQuery(const ClusterSpec& cluster,
+                      bool* corrected = nullptr) const;
   // The cluster message of `members` (by name, GPU types by canonical id).
   ClusterSpec ClusterOf(const std::vector<Member>& members) const;
   agent::AgentClient* AgentFor(const std::string& node);

@@ -47,6 +47,9 @@ struct TrainingSpec {
   // The framework as the client gives it (absent = megatron-core); resolved
   // with FrameworkFromMessage (framework_io.h).
   v1::Framework framework;
+  // Measured-run corrections of the cost model (the request's calibration;
+  // ResolveCostParams): empty = none.
+  v1::Calibration calibration;
 };
 
 struct PlanQuery {

@@ -22,6 +22,7 @@
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
 #include "planner_service/io/planning_context.h"
+#include "planner_service/io/run_calibration.h"
 
 namespace arachne {
 namespace {
@@ -89,6 +90,17 @@ absl::StatusOr<TrainingConfig> ResolveTraining(const TrainingSpec& spec) {
   message.set_distributed_optimizer(spec.distributed_optimizer);
   *message.mutable_framework() = spec.framework;
   return TrainingFromMessage(message, "", "training");
+}
+
+absl::StatusOr<CostParams> ResolveCostParams(const TrainingSpec& spec,
+                                             const GpuCatalog& catalog) {
+  absl::StatusOr<RunCorrections> corrections =
+      CorrectionsFromMessage(spec.calibration, catalog, "calibration");
+  if (!corrections.ok()) return corrections.status();
+  CostParams params;
+  TrainingConfig framework_untouched;  // the scales only: no framework field
+  ApplyCorrections(*corrections, &framework_untouched, &params);
+  return params;
 }
 
 absl::StatusOr<ModelSpec> ResolveModelRef(
@@ -171,7 +183,8 @@ absl::Status PlannerHandlerImpl::CheckModelTrainingOptions(
       return m.status();
     }
   }
-  return ResolveTraining(q.training).status();
+  if (absl::Status s = ResolveTraining(q.training).status(); !s.ok()) return s;
+  return ResolveCostParams(q.training, catalog_).status();
 }
 
 absl::Status PlannerHandlerImpl::CheckPlan(const PlanQuery& q) const {
@@ -186,6 +199,10 @@ absl::Status PlannerHandlerImpl::CheckEvaluate(const EvaluateQuery& q) const {
     }
   }
   if (absl::Status s = ResolveTraining(q.training).status(); !s.ok()) return s;
+  if (absl::Status s = ResolveCostParams(q.training, catalog_).status();
+      !s.ok()) {
+    return s;
+  }
   return ResolveCluster(q.cluster, "cluster").status();
 }
 
@@ -206,11 +223,13 @@ absl::StatusOr<PlanAnswer> PlannerHandlerImpl::Plan(const PlanQuery& q) {
   if (!model.ok()) return model.status();
   absl::StatusOr<TrainingConfig> training = ResolveTraining(q.training);
   if (!training.ok()) return training.status();
+  absl::StatusOr<CostParams> params = ResolveCostParams(q.training, catalog_);
+  if (!params.ok()) return params.status();
   absl::StatusOr<Cluster> cluster = ResolveCluster(q.cluster, "cluster");
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
       PlanningContext::Create(catalog_, *model, *training, *cluster,
-                              config_.profiles_dir);
+                              config_.profiles_dir, *params);
   if (!ctx.ok()) return ctx.status();
   return RunPlanner(**ctx, q, start, /*plan=*/nullptr);
 }
@@ -307,11 +326,13 @@ absl::StatusOr<EvaluateAnswer> PlannerHandlerImpl::Evaluate(
   if (!model.ok()) return model.status();
   absl::StatusOr<TrainingConfig> training = ResolveTraining(q.training);
   if (!training.ok()) return training.status();
+  absl::StatusOr<CostParams> params = ResolveCostParams(q.training, catalog_);
+  if (!params.ok()) return params.status();
   absl::StatusOr<Cluster> cluster = ResolveCluster(q.cluster, "cluster");
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
       PlanningContext::Create(catalog_, *model, *training, *cluster,
-                              config_.profiles_dir);
+                              config_.profiles_dir, *params);
   if (!ctx.ok()) return ctx.status();
   if (absl::Status s = CheckPlanCounts(q.plan, *model, *cluster, "plan");
       !s.ok()) {
@@ -388,6 +409,9 @@ absl::StatusOr<ReplanAnswer> PlannerHandlerImpl::Replan(const ReplanQuery& q) {
   if (!model.ok()) return model.status();
   absl::StatusOr<TrainingConfig> training = ResolveTraining(q.plan.training);
   if (!training.ok()) return training.status();
+  absl::StatusOr<CostParams> params =
+      ResolveCostParams(q.plan.training, catalog_);
+  if (!params.ok()) return params.status();
   absl::StatusOr<Cluster> current_cluster =
       ResolveCluster(q.current_cluster, "current_cluster");
   if (!current_cluster.ok()) return current_cluster.status();
@@ -418,7 +442,7 @@ absl::StatusOr<ReplanAnswer> PlannerHandlerImpl::Replan(const ReplanQuery& q) {
   }
   absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
       PlanningContext::Create(catalog_, *model, *training, *new_cluster,
-                              config_.profiles_dir);
+                              config_.profiles_dir, *params);
   if (!ctx.ok()) return ctx.status();
 
   ReplanAnswer answer;

@@ -81,6 +81,12 @@ class PlannerHandlerImpl : public PlannerHandler {
 // InvalidArgument "training.<field>: ..." otherwise.
 absl::StatusOr<TrainingConfig> ResolveTraining(const TrainingSpec& spec);
 
+// Exposed for tests: the cost parameters a request's calibration sets over
+// the defaults (CorrectionsFromMessage), InvalidArgument
+// "calibration.<map>.<GPU>: ..." otherwise.
+absl::StatusOr<CostParams> ResolveCostParams(const TrainingSpec& spec,
+                                             const GpuCatalog& catalog);
+
 // The model a request names: the Hugging Face config.json text when given
 // (named ref.name, or "custom"), else the catalog entry named ref.name
 // (case-insensitive). Catalog names only: a service never reads a path on

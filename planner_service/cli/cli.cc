@@ -213,16 +213,6 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> LoadContext(
   return PlanningContext::Create(req);
 }
 
-// A request carries the framework but no compute scales, so a run
-// calibration applies only in process.
-absl::Status CheckCalibrationIsLocal(const InputFlags& f,
-                                     const RemoteFlags& remote) {
-  if (remote.server.empty() || f.calibration.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      "--calibration: not supported with --server (the planning service "
-      "takes no compute scales); plan in process");
-}
-
 absl::StatusOr<std::unique_ptr<PlannerClient>> ConnectRemote(
     const RemoteFlags& remote) {
   PlannerClientConfig config;
@@ -263,6 +253,14 @@ absl::Status FillRemoteInputs(const InputFlags& f, const PlanningContext& ctx,
   training->recompute = std::string(RecomputeName(ctx.training().recompute));
   training->distributed_optimizer = ctx.training().distributed_optimizer;
   training->framework = FrameworkToMessage(ctx.training().framework);
+  // --calibration: its framework fields are in the framework above, its
+  // scales travel as the request's calibration.
+  const CostParams& params = ctx.cost_model().params();
+  RunCorrections scales;
+  scales.compute_scale = params.compute_scale;
+  scales.attention_scale = params.attention_scale;
+  scales.tp_comm_scale = params.tp_comm_scale;
+  training->calibration = CorrectionsToMessage(scales);
   *cluster = ClusterToMessage(ctx.cluster(), ctx.catalog());
   return absl::OkStatus();
 }
@@ -432,8 +430,6 @@ int RunPlan(const InputFlags& f, const RemoteFlags& remote,
   // the call, so that the whole call stays under a second.
   const bool whole_call_budget =
       !budget_given.has_value() && IsLatencyBudgeted(planner_name);
-  if (absl::Status s = CheckCalibrationIsLocal(f, remote); !s.ok())
-    return Fail(err, s);
   if (!remote.server.empty()) {
     // 0 leaves that budget to the server, which counts it alike.
     return RunPlanRemote(f, remote, **ctx, planner_name, *objective,
@@ -479,8 +475,6 @@ int RunEvaluate(const InputFlags& f, const RemoteFlags& remote,
   absl::StatusOr<Plan> plan =
       LoadPlanFile(plan_file, (*ctx)->cluster(), (*ctx)->catalog());
   if (!plan.ok()) return Fail(err, plan.status());
-  if (absl::Status s = CheckCalibrationIsLocal(f, remote); !s.ok())
-    return Fail(err, s);
   if (!remote.server.empty()) {
     absl::StatusOr<std::unique_ptr<PlannerClient>> client =
         ConnectRemote(remote);

@@ -57,6 +57,7 @@ class GrpcPlannerClient final : public PlannerClient {
     v1::PlanRequest request;
     *request.mutable_model() = ModelRefToProto(q.model);
     *request.mutable_training() = TrainingToProto(q.training);
+    *request.mutable_calibration() = q.training.calibration;
     *request.mutable_cluster() = q.cluster;
     *request.mutable_options() = OptionsToProto(q);
     grpc::ClientContext ctx;
@@ -73,6 +74,7 @@ class GrpcPlannerClient final : public PlannerClient {
     v1::ReplanRequest request;
     *request.mutable_model() = ModelRefToProto(q.plan.model);
     *request.mutable_training() = TrainingToProto(q.plan.training);
+    *request.mutable_calibration() = q.plan.training.calibration;
     *request.mutable_current_cluster() = q.current_cluster;
     *request.mutable_new_cluster() = q.plan.cluster;
     *request.mutable_options() = OptionsToProto(q.plan);
@@ -114,6 +116,7 @@ class GrpcPlannerClient final : public PlannerClient {
     v1::EvaluateRequest request;
     *request.mutable_model() = ModelRefToProto(q.model);
     *request.mutable_training() = TrainingToProto(q.training);
+    *request.mutable_calibration() = q.training.calibration;
     *request.mutable_cluster() = q.cluster;
     if (absl::Status s =
             PlanJsonToProto(q.plan, request.mutable_plan(), nullptr);

@@ -1058,6 +1058,57 @@ nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file) {
   return j;
 }
 
+absl::StatusOr<RunCorrections> CorrectionsFromMessage(
+    const v1::Calibration& message, const GpuCatalog& catalog,
+    absl::string_view path) {
+  struct Kind {
+    absl::string_view name;
+    const google::protobuf::Map<std::string, double>* in;
+    std::map<std::string, double>* out;
+    double lo, hi;
+  };
+  RunCorrections c;
+  const Kind kinds[] = {
+      {kFitComputeScale, &message.compute_scale(), &c.compute_scale,
+       kMinComputeScale, kMaxComputeScale},
+      {kFitAttentionScale, &message.attention_scale(), &c.attention_scale,
+       kMinAttentionScale, kMaxAttentionScale},
+      {kFitTpCommScale, &message.tp_comm_scale(), &c.tp_comm_scale,
+       kMinAttentionScale, kMaxAttentionScale}};
+  for (const Kind& k : kinds) {
+    // Sorted, so the first bad entry named is the same on every call.
+    const std::map<std::string, double> sorted(k.in->begin(), k.in->end());
+    for (const auto& [gpu, v] : sorted) {
+      const std::string field = absl::StrCat(path, ".", k.name, ".", gpu);
+      absl::StatusOr<int> type = catalog.IndexOf(gpu);
+      if (!type.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": ", type.status().message()));
+      }
+      if (!std::isfinite(v) || v < k.lo || v > k.hi) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: must be a factor in [%g, %g], got %g", field, k.lo, k.hi, v));
+      }
+      const std::string& id = catalog.type(*type).id;
+      if (!k.out->emplace(id, v).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": names GPU type ", id, " twice"));
+      }
+    }
+  }
+  return c;
+}
+
+v1::Calibration CorrectionsToMessage(const RunCorrections& c) {
+  v1::Calibration m;
+  for (const auto& [gpu, v] : c.compute_scale) (*m.mutable_compute_scale())[gpu] = v;
+  for (const auto& [gpu, v] : c.attention_scale) {
+    (*m.mutable_attention_scale())[gpu] = v;
+  }
+  for (const auto& [gpu, v] : c.tp_comm_scale) (*m.mutable_tp_comm_scale())[gpu] = v;
+  return m;
+}
+
 absl::StatusOr<RunCalibrationFile> RunCalibrationFromJson(
     const nlohmann::json& json, const GpuCatalog& catalog,
     absl::string_view source) {

@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "arachne/v1/planner.pb.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/core/cluster.h"
 #include "planner_service/core/cost_params.h"
@@ -226,6 +227,18 @@ struct RunCalibrationFile {
 };
 
 nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file);
+
+// The scales of a request's calibration (v1::Calibration: GPU id or alias
+// -> factor), ids resolved to the canonical ones; the framework fields are
+// not in it (they travel as the training config's framework overrides).
+// InvalidArgument naming "<path>.<map>.<GPU>" for an unknown GPU or a
+// factor outside the fit's range (compute [1e-3, 1e4], attention and TP
+// communication [1e-2, 1e2]) or not finite.
+absl::StatusOr<RunCorrections> CorrectionsFromMessage(
+    const v1::Calibration& message, const GpuCatalog& catalog,
+    absl::string_view path);
+// The scales of `corrections` as a request carries them.
+v1::Calibration CorrectionsToMessage(const RunCorrections& corrections);
 // Strict: unknown fields, a wrong format, a GPU id not in `catalog`
 // (aliases are resolved to the canonical id), a non-positive scale or an
 // out-of-range framework value are InvalidArgument "<source>: <field>: ...".

@@ -340,10 +340,12 @@ namespace {
 // so that one no enum names is rejected, not read as THROUGHPUT.
 PlanQuery PlanQueryFromProto(const v1::ModelRef& model,
                              const v1::TrainingConfig& training,
+                             const v1::Calibration& calibration,
                              const v1::PlannerOptions& o) {
   PlanQuery q;
   q.model = ModelRefFromProto(model);
   q.training = TrainingFromProto(training);
+  q.training.calibration = calibration;
   q.planner = o.planner();
   q.budget_s = o.budget_s();
   q.max_evaluations = o.max_evaluations();
@@ -388,7 +390,8 @@ grpc::ServerUnaryReactor* PlannerService::Plan(
       Begin(context, "Plan", raw_request, &request, raw_response, &ready);
   if (!ready.ok()) return call;
   auto q = std::make_shared<PlanQuery>(PlanQueryFromProto(
-      request.model(), request.training(), request.options()));
+      request.model(), request.training(), request.calibration(),
+      request.options()));
   q->cluster = std::move(*request.mutable_cluster());
   if (absl::Status s = CheckOptionsMessage(request.options()); !s.ok()) {
     call->Answer(s, nullptr);
@@ -420,7 +423,7 @@ grpc::ServerUnaryReactor* PlannerService::Replan(
   if (!ready.ok()) return call;
   auto q = std::make_shared<ReplanQuery>();
   q->plan = PlanQueryFromProto(request->model(), request->training(),
-                               request->options());
+                               request->calibration(), request->options());
   q->plan.cluster = request->new_cluster();
   q->current_cluster = request->current_cluster();
   if (absl::Status s = CheckOptionsMessage(request->options()); !s.ok()) {
@@ -480,6 +483,7 @@ grpc::ServerUnaryReactor* PlannerService::Evaluate(
   auto q = std::make_shared<EvaluateQuery>();
   q->model = ModelRefFromProto(request->model());
   q->training = TrainingFromProto(request->training());
+  q->training.calibration = request->calibration();
   q->cluster = request->cluster();
   if (absl::Status s = handler_->CheckEvaluate(*q); !s.ok()) {
     call->Answer(s, nullptr);

@@ -245,19 +245,6 @@ TEST(CalibrateCliTest, FrameworkSetWinsOverTheCalibration) {
   EXPECT_DOUBLE_EQ(fw["context_reserve_gib"].get<double>(), 2.5) << fw;
 }
 
-TEST(CalibrateCliTest, CalibrationIsRefusedWithServer) {
-  const std::string cal = TempPath("server_cal.json");
-  std::ofstream(cal) << R"({"format": "arachne-run-calibration-1",
-                           "compute_scale": {"A100-80GB": 1.5}})";
-  CliRun r = Cli({"plan", "--model", "gpt-neo-2.7b", "--cluster",
-                  Source("test/data/measured_runs/a100_2x4.yaml"),
-                  "--calibration", cal, "--server", "localhost:1"});
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err,
-            "error: --calibration: not supported with --server (the planning "
-            "service takes no compute scales); plan in process\n");
-}
-
 TEST(CalibrateCliTest, BadCalibrationFileNamesTheField) {
   const std::string cal = TempPath("bad_cal.json");
   std::ofstream(cal) << R"({"format": "arachne-run-calibration-1",

@@ -118,6 +118,29 @@ TEST_F(RemoteCliTest, FrameworkTravelsToTheServer) {
             JsonWithoutTiming(core.out)["iteration_time_s"]);
 }
 
+TEST_F(RemoteCliTest, CalibrationTravelsToTheServer) {
+  // A calibration file's scales go as the request's calibration, its
+  // framework fields as framework overrides: the server's answer equals
+  // the in-process one, and both differ from the uncalibrated one.
+  const std::string cal = ::testing::TempDir() + "/remote_cal.json";
+  std::ofstream(cal) << R"({"format": "arachne-run-calibration-1",
+                           "compute_scale": {"A6000": 1.7, "A100-40GB": 1.2},
+                           "tp_comm_scale": {"A6000": 2},
+                           "framework": {"micro_batch_fixed_ms": 2}})";
+  const auto args = With(PlanArgs(Example("small-8.yaml")), {"--format", "json"});
+  const auto calibrated = With(args, {"--calibration", cal});
+  CliRun local = Cli(calibrated);
+  ASSERT_EQ(local.code, 0) << local.err;
+  CliRun remote = Cli(With(calibrated, Remote()));
+  ASSERT_EQ(remote.code, 0) << remote.err;
+  CliRun raw = Cli(args);
+  ASSERT_EQ(raw.code, 0) << raw.err;
+  const nlohmann::json j = JsonWithoutTiming(remote.out);
+  EXPECT_EQ(j, JsonWithoutTiming(local.out));
+  EXPECT_GT(j["iteration_time_s"].get<double>(),
+            1.1 * JsonWithoutTiming(raw.out)["iteration_time_s"].get<double>());
+}
+
 TEST_F(RemoteCliTest, PlanTableEqualsInProcess) {
   const auto args = PlanArgs(Example("small-8.yaml"));
   CliRun local = Cli(args);

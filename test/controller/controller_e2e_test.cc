@@ -278,7 +278,11 @@ TEST(ControllerE2E, MeasuredIterationTimesCorrectThePredictions) {
     EXPECT_EQ(m.generation(), 2);
     EXPECT_GT(m.first_iteration(), 0);
     EXPECT_GT(m.measured_iteration_s(), 0);
-    EXPECT_DOUBLE_EQ(m.predicted_iteration_s(), st->plan().iteration_time_s());
+    // Generation 2's plan was searched on corrected costs (the query
+    // carried the fitted compute scale): the planner's prediction is the
+    // CPU-scale one, the raw prediction the controller priced itself.
+    EXPECT_GT(st->plan().iteration_time_s(), 10 * m.predicted_iteration_s())
+        << m.ShortDebugString();
     // Two plans the raw model prices alike (per-micro-batch latency
     // dominates on a GPU) that CPU ranks run at different speeds (4 ranks
     // share 2 cores in generation 2): one compute scale explains both only

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "planner_service/core/plan_validation.h"
 #include "planner_service/core/planners.h"
+#include "planner_service/io/cluster_io.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
@@ -142,6 +143,74 @@ TEST_F(PlannerServiceTest, EvaluateRepricesAPlannedPlan) {
   EXPECT_DOUBLE_EQ(response.prediction().iteration_time_s(),
                    planned.prediction().iteration_time_s());
   EXPECT_EQ(response.plan().unused_gpus(), planned.plan().unused_gpus());
+}
+
+// A request's calibration is applied: Evaluate prices the plan with the
+// compute scales (exactly as the in-process cost model with the same
+// CostParams), Plan searches with them, and bad entries name the field.
+TEST_F(PlannerServiceTest, TheRequestsCalibrationPricesThePlan) {
+  v1::PlanResponse planned;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Plan(&ctx, SmallPlanRequest(), &planned).ok());
+  }
+  v1::EvaluateRequest request;
+  request.mutable_model()->set_name("llama3-8b");
+  *request.mutable_cluster() = SmallCluster();
+  *request.mutable_plan() = planned.plan();
+  (*request.mutable_calibration()->mutable_compute_scale())["H100"] = 1.5;
+  (*request.mutable_calibration()->mutable_compute_scale())["A100-40GB"] = 1.5;
+  v1::EvaluateResponse response;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Evaluate(&ctx, request, &response);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  auto catalog = LoadGpuCatalog();
+  ASSERT_TRUE(catalog.ok());
+  auto model = ResolveModel("llama3-8b");
+  ASSERT_TRUE(model.ok());
+  auto cluster = ClusterFromMessage(SmallCluster(), *catalog, "");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  CostParams params;
+  params.compute_scale = {{"H100-80GB", 1.5}, {"A100-40GB", 1.5}};
+  auto ctx = PlanningContext::Create(*catalog, *model, TrainingConfig{},
+                                     *cluster, "", params);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto plan = PlanFromJson(PlanProtoToJson(planned.plan()), (*ctx)->cluster(),
+                           (*ctx)->catalog());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto predicted = (*ctx)->cost_model().Predict(*plan);
+  ASSERT_TRUE(predicted.ok()) << predicted.status();
+  EXPECT_DOUBLE_EQ(response.prediction().iteration_time_s(),
+                   predicted->iteration_time_s);
+  EXPECT_GT(response.prediction().iteration_time_s(),
+            1.2 * planned.prediction().iteration_time_s());
+
+  // Plan with the same calibration: its own prediction is a calibrated one.
+  v1::PlanRequest plan_request = SmallPlanRequest();
+  *plan_request.mutable_calibration() = request.calibration();
+  v1::PlanResponse calibrated;
+  {
+    grpc::ClientContext c;
+    ASSERT_TRUE(stub_->Plan(&c, plan_request, &calibrated).ok());
+  }
+  EXPECT_GT(calibrated.prediction().iteration_time_s(),
+            1.2 * planned.prediction().iteration_time_s());
+
+  (*plan_request.mutable_calibration()->mutable_compute_scale())["B999"] = 1;
+  grpc::Status bad = PlanStatus(plan_request);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(),
+              HasSubstr("calibration.compute_scale.B999: unknown GPU type"));
+  plan_request.mutable_calibration()->mutable_compute_scale()->erase("B999");
+  (*plan_request.mutable_calibration()->mutable_tp_comm_scale())["H100-80GB"] =
+      0;
+  bad = PlanStatus(plan_request);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(),
+              HasSubstr("calibration.tp_comm_scale.H100-80GB: must be a factor "
+                        "in [0.01, 100], got 0"));
 }
 
 TEST_F(PlannerServiceTest, EvaluateRejectsAPlanOnAnAbsentNode) {
