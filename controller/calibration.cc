@@ -188,7 +188,7 @@ std::string OnlineCalibration::ToJson(
     file.fitted_on.push_back(absl::StrCat("generation ", g));
   }
   file.cluster_note = "arachne-controller: the job's measured generations";
-  return RunCalibrationToJson(file).dump();
+  return RunCalibrationToJson(file, /*exact=*/true).dump();
 }
 
 absl::StatusOr<RunCorrections> OnlineCalibration::FromJson(

@@ -1018,12 +1018,14 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
 namespace {
 // Six significant digits: far inside what the runs determine, and a file
 // (and the framework summary of `arachne plan`) a person can read.
-double Rounded(double v) {
+double SixDigits(double v) {
   return std::strtod(absl::StrFormat("%.6g", v).c_str(), nullptr);
 }
 }  // namespace
 
-nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file) {
+nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file,
+                                    bool exact) {
+  auto Rounded = [exact](double v) { return exact ? v : SixDigits(v); };
   Json j;
   j["format"] = std::string(kRunCalibrationFormat);
   Json scale = Json::object();

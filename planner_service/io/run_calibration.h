@@ -226,7 +226,10 @@ struct RunCalibrationFile {
   std::string cluster_note;  // the clusters the fit saw (free text)
 };
 
-nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file);
+// Values to six significant digits (a file a person reads), or exactly
+// (`exact`: what a store reads back must reprice to the same figures).
+nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file,
+                                    bool exact = false);
 
 // The scales of a request's calibration (v1::Calibration: GPU id or alias
 // -> factor), ids resolved to the canonical ones; the framework fields are

@@ -153,6 +153,13 @@ TEST(OnlineCalibration, TheStoredFormReadsBackWithItsGenerations) {
             "compute_scale A6000 4.250, iteration_fixed 12.000 ms, "
             "context_reserve 0.200 GiB");
   EXPECT_EQ(DescribeCorrections({}), "");
+  // Exactly: a scale of CPU ranks (> 1000) read back to six digits would
+  // reprice, and describe itself, differently after a restart.
+  c.compute_scale["A6000"] = 1140.792345678;
+  back = cal.FromJson(cal.ToJson(c, {1}), &generations);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->compute_scale, c.compute_scale);
+  EXPECT_EQ(DescribeCorrections(*back), DescribeCorrections(c));
 }
 
 }  // namespace
