@@ -963,31 +963,28 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
     }
     check_bounds(mem_params, xm);
   }
-  for (const auto& [gpu, scale] : corrections.compute_scale) {
-    if (scale < 0.5 || scale > 2.0) {
-      result.warnings.push_back(absl::StrFormat(
-          "compute_scale[%s] = %.4g is more than a factor 2 from the "
-          "profiles: check the runs' framework, precision and plan before "
-          "trusting it",
-          gpu, scale));
-    }
-  }
-  for (const auto& [gpu, scale] : corrections.attention_scale) {
-    if (scale < 0.5 || scale > 2.0) {
-      result.warnings.push_back(absl::StrFormat(
-          "attention_scale[%s] = %.4g is more than a factor 2 from the "
-          "profiles: check the runs' attention kernel (flash or "
-          "materialized) and sequence lengths before trusting it",
-          gpu, scale));
-    }
-  }
-  for (const auto& [gpu, scale] : corrections.tp_comm_scale) {
-    if (scale < 0.5 || scale > 2.0) {
-      result.warnings.push_back(absl::StrFormat(
-          "tp_comm_scale[%s] = %.4g is more than a factor 2 from the "
-          "profiles: check the nodes' GPU interconnect (NVLink, NVSwitch, "
-          "PCIe) and the runs' TP overlap before trusting it",
-          gpu, scale));
+  // A scale more than a factor 2 from the profiles, and what to check first.
+  struct Scales {
+    absl::string_view name;
+    const std::map<std::string, double>* values;
+    absl::string_view check;
+  };
+  for (const Scales& k :
+       {Scales{kFitComputeScale, &corrections.compute_scale,
+               "the runs' framework, precision and plan"},
+        Scales{kFitAttentionScale, &corrections.attention_scale,
+               "the runs' attention kernel (flash or materialized) and "
+               "sequence lengths"},
+        Scales{kFitTpCommScale, &corrections.tp_comm_scale,
+               "the nodes' GPU interconnect (NVLink, NVSwitch, PCIe) and the "
+               "runs' TP overlap"}}) {
+    for (const auto& [gpu, scale] : *k.values) {
+      if (scale < 0.5 || scale > 2.0) {
+        result.warnings.push_back(absl::StrFormat(
+            "%s[%s] = %.4g is more than a factor 2 from the profiles: check "
+            "%s before trusting it",
+            k.name, gpu, scale, k.check));
+      }
     }
   }
   if (corrections.micro_batch_fixed_s || corrections.iteration_fixed_s) {
