@@ -69,16 +69,15 @@ absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
   const FrameworkConfig& fw = training.framework;
   for (int type : cluster.types_present()) {
     const GpuType& gpu = catalog.type(type);
-    // Measured-run correction of this type's compute (arachne calibrate).
-    const auto scale_it = params.compute_scale.find(gpu.id);
-    const double compute_scale =
-        scale_it == params.compute_scale.end() ? 1.0 : scale_it->second;
-    const auto tp_it = params.tp_comm_scale.find(gpu.id);
-    const double tp_comm_scale =
-        tp_it == params.tp_comm_scale.end() ? 1.0 : tp_it->second;
-    const auto attn_it = params.attention_scale.find(gpu.id);
-    const double attention_extra =
-        (attn_it == params.attention_scale.end() ? 1.0 : attn_it->second) - 1.0;
+    // Measured-run corrections of this type (arachne calibrate); 1 when
+    // not listed.
+    auto scale_of = [&gpu](const std::map<std::string, double>& scales) {
+      const auto it = scales.find(gpu.id);
+      return it == scales.end() ? 1.0 : it->second;
+    };
+    const double compute_scale = scale_of(params.compute_scale);
+    const double tp_comm_scale = scale_of(params.tp_comm_scale);
+    const double attention_extra = scale_of(params.attention_scale) - 1.0;
     for (int tl = 0; tl <= kMaxTpLog2; ++tl) {
       for (int ml = 0; ml <= kMaxMbsLog2; ++ml) {
         auto& cell = cm.cells_[cm.CellIndex(type, tl, ml)];

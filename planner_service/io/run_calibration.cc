@@ -41,8 +41,64 @@ constexpr double kMinComputeScale = 1e-3;
 constexpr double kMaxComputeScale = 1e4;
 // The attention kernel's and the TP collectives' corrections: what
 // separates one kind of work's efficiency from the rest on the same GPU.
-constexpr double kMinAttentionScale = 1e-2;
-constexpr double kMaxAttentionScale = 1e2;
+constexpr double kMinKernelScale = 1e-2;
+constexpr double kMaxKernelScale = 1e2;
+
+using ScaleMap = std::map<std::string, double>;
+
+// The per-GPU-type scales (compute, attention, TP communication): where each
+// lives in the corrections, the cost parameters and the request message, its
+// range, and what the fit says of it.
+struct ScaleKind {
+  absl::string_view name;   // kFit*: the file's and --fit's name
+  absl::string_view prose;  // "compute scale": "the A100-80GB compute scale"
+  ScaleMap RunCorrections::*corrections;
+  ScaleMap CostParams::*params;
+  const google::protobuf::Map<std::string, double>& (
+      v1::Calibration::*message)() const;
+  google::protobuf::Map<std::string, double>* (
+      v1::Calibration::*mutable_message)();
+  double lo, hi;
+  // Fitted only when named (else also by the automatic fit).
+  bool only_when_named;
+  // Why no run depends on it, after "no fitted run's predicted time depends
+  // on it".
+  absl::string_view independent;
+  // Why it is confused with the others ("" = the generic reason).
+  absl::string_view confused;
+  // What to check when it is more than a factor 2 from 1.
+  absl::string_view check;
+};
+
+const ScaleKind kScaleKinds[] = {
+    {kFitComputeScale, "compute scale", &RunCorrections::compute_scale,
+     &CostParams::compute_scale, &v1::Calibration::compute_scale,
+     &v1::Calibration::mutable_compute_scale, kMinComputeScale,
+     kMaxComputeScale, false, " (its stages are never on the critical path)",
+     "", "the runs' framework, precision and plan"},
+    // Only when named: runs of one sequence length cannot tell it from the
+    // compute scale, and the automatic fit stays the few robust factors.
+    {kFitAttentionScale, "attention scale", &RunCorrections::attention_scale,
+     &CostParams::attention_scale, &v1::Calibration::attention_scale,
+     &v1::Calibration::mutable_attention_scale, kMinKernelScale,
+     kMaxKernelScale, true,
+     " (its layers have no flash-attention time to scale: measured profiles, "
+     "or materialized attention, which compute_scale covers)",
+     "the fitted runs spend the same share of their time in attention (fit it "
+     "on runs of different sequence lengths)",
+     "the runs' attention kernel (flash or materialized) and sequence "
+     "lengths"},
+    // Likewise the TP collectives: runs of one TP degree cannot tell them
+    // from the compute.
+    {kFitTpCommScale, "TP-communication scale", &RunCorrections::tp_comm_scale,
+     &CostParams::tp_comm_scale, &v1::Calibration::tp_comm_scale,
+     &v1::Calibration::mutable_tp_comm_scale, kMinKernelScale,
+     kMaxKernelScale, true, " (its stages run at TP 1: no TP communication)",
+     "the fitted runs spend the same share of their time in TP communication "
+     "(fit it on runs of different TP degrees)",
+     "the nodes' GPU interconnect (NVLink, NVSwitch, PCIe) and the runs' TP "
+     "overlap"},
+};
 
 // Prices one run repeatedly under different corrections: the profiles
 // (shipped, then synthesized; none of the fitted corrections changes them)
@@ -134,9 +190,7 @@ class RunPricer {
 // --- The fitted parameters ---------------------------------------------------
 
 enum class ParamKind {
-  kComputeScale,
-  kAttentionScale,
-  kTpCommScale,
+  kScale,  // one of kScaleKinds, for one GPU type
   kMicroBatchFixed,
   kIterationFixed,
   kContextReserve,
@@ -148,7 +202,8 @@ enum class ParamKind {
 // GiB, fraction) for the framework fields, which may be 0.
 struct Param {
   ParamKind kind;
-  std::string gpu;  // the per-GPU scales only
+  const ScaleKind* scale = nullptr;  // kScale only
+  std::string gpu;                   // kScale only
   double lo = 0, hi = 0;
   // For the identifiability check of a field that may be 0: d log T / d
   // log p is taken at this value (or the start value when larger), where
@@ -157,12 +212,8 @@ struct Param {
 
   std::string Name() const {
     switch (kind) {
-      case ParamKind::kComputeScale:
-        return absl::StrCat(kFitComputeScale, "[", gpu, "]");
-      case ParamKind::kAttentionScale:
-        return absl::StrCat(kFitAttentionScale, "[", gpu, "]");
-      case ParamKind::kTpCommScale:
-        return absl::StrCat(kFitTpCommScale, "[", gpu, "]");
+      case ParamKind::kScale:
+        return absl::StrCat(scale->name, "[", gpu, "]");
       case ParamKind::kMicroBatchFixed:
         return std::string(kFitMicroBatchFixed);
       case ParamKind::kIterationFixed:
@@ -176,49 +227,29 @@ struct Param {
   }
   // How a message names it: "the A100-80GB compute scale".
   std::string Prose() const {
-    if (kind == ParamKind::kComputeScale) {
-      return absl::StrCat("the ", gpu, " compute scale");
-    }
-    if (kind == ParamKind::kAttentionScale) {
-      return absl::StrCat("the ", gpu, " attention scale");
-    }
-    if (kind == ParamKind::kTpCommScale) {
-      return absl::StrCat("the ", gpu, " TP-communication scale");
-    }
-    return Name();
+    return kind == ParamKind::kScale
+               ? absl::StrCat("the ", gpu, " ", scale->prose)
+               : Name();
   }
-  bool is_log() const {
-    return kind == ParamKind::kComputeScale ||
-           kind == ParamKind::kAttentionScale ||
-           kind == ParamKind::kTpCommScale;
-  }
+  bool is_log() const { return kind == ParamKind::kScale; }
   // The value written out (factor, ms, GiB, fraction).
   double Display(double x) const { return is_log() ? std::exp(x) : x; }
 };
 
-Param ComputeScaleParam(const std::string& gpu) {
-  return {ParamKind::kComputeScale, gpu, std::log(kMinComputeScale),
-          std::log(kMaxComputeScale), 0};
-}
-Param AttentionScaleParam(const std::string& gpu) {
-  return {ParamKind::kAttentionScale, gpu, std::log(kMinAttentionScale),
-          std::log(kMaxAttentionScale), 0};
-}
-Param TpCommScaleParam(const std::string& gpu) {
-  return {ParamKind::kTpCommScale, gpu, std::log(kMinAttentionScale),
-          std::log(kMaxAttentionScale), 0};
+Param ScaleParam(const ScaleKind& k, const std::string& gpu) {
+  return {ParamKind::kScale, &k, gpu, std::log(k.lo), std::log(k.hi), 0};
 }
 Param MicroBatchFixedParam() {
-  return {ParamKind::kMicroBatchFixed, "", 0, 1e4, 1.0};
+  return {ParamKind::kMicroBatchFixed, nullptr, "", 0, 1e4, 1.0};
 }
 Param IterationFixedParam() {
-  return {ParamKind::kIterationFixed, "", 0, 1e6, 10.0};
+  return {ParamKind::kIterationFixed, nullptr, "", 0, 1e6, 10.0};
 }
 Param ContextReserveParam() {
-  return {ParamKind::kContextReserve, "", 0, 64, 1.0};
+  return {ParamKind::kContextReserve, nullptr, "", 0, 64, 1.0};
 }
 Param FragmentationParam() {
-  return {ParamKind::kFragmentation, "", 0, 1, 0.05};
+  return {ParamKind::kFragmentation, nullptr, "", 0, 1, 0.05};
 }
 
 RunCorrections CorrectionsOf(const std::vector<Param>& params,
@@ -228,14 +259,8 @@ RunCorrections CorrectionsOf(const std::vector<Param>& params,
   for (size_t j = 0; j < params.size(); ++j) {
     const Param& p = params[j];
     switch (p.kind) {
-      case ParamKind::kComputeScale:
-        c.compute_scale[p.gpu] = std::exp(x[j]);
-        break;
-      case ParamKind::kAttentionScale:
-        c.attention_scale[p.gpu] = std::exp(x[j]);
-        break;
-      case ParamKind::kTpCommScale:
-        c.tp_comm_scale[p.gpu] = std::exp(x[j]);
+      case ParamKind::kScale:
+        (c.*(p.scale->corrections))[p.gpu] = std::exp(x[j]);
         break;
       case ParamKind::kMicroBatchFixed:
         c.micro_batch_fixed_s = x[j] * 1e-3;
@@ -496,16 +521,8 @@ std::string ConfusionReason(const Confusion& c, const std::vector<Param>& p,
   if (c.zero) {
     return absl::StrCat("no fitted run's predicted ",
                         memory ? "peak memory" : "time", " depends on it",
-                        q.kind == ParamKind::kComputeScale
-                            ? " (its stages are never on the critical path)"
-                        : q.kind == ParamKind::kAttentionScale
-                            ? " (its layers have no flash-attention time to "
-                              "scale: measured profiles, or materialized "
-                              "attention, which compute_scale covers)"
-                        : q.kind == ParamKind::kTpCommScale
-                            ? " (its stages run at TP 1: no TP "
-                              "communication)"
-                            : "");
+                        q.kind == ParamKind::kScale ? q.scale->independent
+                                                    : "");
   }
   std::string partner =
       c.partner >= 0 ? p[c.partner].Prose() : std::string("the others");
@@ -514,14 +531,8 @@ std::string ConfusionReason(const Confusion& c, const std::vector<Param>& p,
     what =
         "the runs' micro-batch counts per replica grow in proportion to "
         "their compute";
-  } else if (q.kind == ParamKind::kAttentionScale) {
-    what =
-        "the fitted runs spend the same share of their time in attention "
-        "(fit it on runs of different sequence lengths)";
-  } else if (q.kind == ParamKind::kTpCommScale) {
-    what =
-        "the fitted runs spend the same share of their time in TP "
-        "communication (fit it on runs of different TP degrees)";
+  } else if (q.kind == ParamKind::kScale && !q.scale->confused.empty()) {
+    what = std::string(q.scale->confused);
   } else if (q.kind == ParamKind::kFragmentation) {
     what = "the fitted runs' predicted tensors are (nearly) the same size";
   } else {
@@ -649,14 +660,10 @@ double RmsLog(const std::vector<RunFitReport>& runs, bool after) {
 void ApplyCorrections(const RunCorrections& c, TrainingConfig* training,
                       CostParams* params) {
   CHECK(training != nullptr && params != nullptr);
-  for (const auto& [gpu, scale] : c.compute_scale) {
-    params->compute_scale[gpu] = scale;
-  }
-  for (const auto& [gpu, scale] : c.attention_scale) {
-    params->attention_scale[gpu] = scale;
-  }
-  for (const auto& [gpu, scale] : c.tp_comm_scale) {
-    params->tp_comm_scale[gpu] = scale;
+  for (const ScaleKind& k : kScaleKinds) {
+    for (const auto& [gpu, scale] : c.*(k.corrections)) {
+      (params->*(k.params))[gpu] = scale;
+    }
   }
   FrameworkConfig& fw = training->framework;
   if (c.micro_batch_fixed_s) fw.micro_batch_fixed_s = *c.micro_batch_fixed_s;
@@ -765,27 +772,10 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   std::vector<Param> cand;
   std::vector<bool> req;
   std::vector<double> start;
-  if (automatic || asked.contains(kFitComputeScale)) {
+  for (const ScaleKind& k : kScaleKinds) {
+    if (!asked.contains(k.name) && (k.only_when_named || !automatic)) continue;
     for (const std::string& gpu : TypesUsed(time.pricers)) {
-      cand.push_back(ComputeScaleParam(gpu));
-      req.push_back(true);
-      start.push_back(0);
-    }
-  }
-  // Only when named: runs of one sequence length cannot tell it from the
-  // compute scale, and the automatic fit stays the few robust factors.
-  if (asked.contains(kFitAttentionScale)) {
-    for (const std::string& gpu : TypesUsed(time.pricers)) {
-      cand.push_back(AttentionScaleParam(gpu));
-      req.push_back(true);
-      start.push_back(0);
-    }
-  }
-  // Likewise the TP collectives: runs of one TP degree cannot tell them
-  // from the compute.
-  if (asked.contains(kFitTpCommScale)) {
-    for (const std::string& gpu : TypesUsed(time.pricers)) {
-      cand.push_back(TpCommScaleParam(gpu));
+      cand.push_back(ScaleParam(k, gpu));
       req.push_back(true);
       start.push_back(0);
     }
@@ -964,21 +954,8 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
     check_bounds(mem_params, xm);
   }
   // A scale more than a factor 2 from the profiles, and what to check first.
-  struct Scales {
-    absl::string_view name;
-    const std::map<std::string, double>* values;
-    absl::string_view check;
-  };
-  for (const Scales& k :
-       {Scales{kFitComputeScale, &corrections.compute_scale,
-               "the runs' framework, precision and plan"},
-        Scales{kFitAttentionScale, &corrections.attention_scale,
-               "the runs' attention kernel (flash or materialized) and "
-               "sequence lengths"},
-        Scales{kFitTpCommScale, &corrections.tp_comm_scale,
-               "the nodes' GPU interconnect (NVLink, NVSwitch, PCIe) and the "
-               "runs' TP overlap"}}) {
-    for (const auto& [gpu, scale] : *k.values) {
+  for (const ScaleKind& k : kScaleKinds) {
+    for (const auto& [gpu, scale] : corrections.*(k.corrections)) {
       if (scale < 0.5 || scale > 2.0) {
         result.warnings.push_back(absl::StrFormat(
             "%s[%s] = %.4g is more than a factor 2 from the profiles: check "
@@ -1025,19 +1002,13 @@ nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file,
   auto Rounded = [exact](double v) { return exact ? v : SixDigits(v); };
   Json j;
   j["format"] = std::string(kRunCalibrationFormat);
-  Json scale = Json::object();
-  for (const auto& [gpu, s] : file.corrections.compute_scale) {
-    scale[gpu] = Rounded(s);
-  }
-  j["compute_scale"] = scale;
-  // The per-kind scales only when fitted.
-  for (const auto& [field, scales] :
-       {std::pair{kFitAttentionScale, &file.corrections.attention_scale},
-        std::pair{kFitTpCommScale, &file.corrections.tp_comm_scale}}) {
-    if (scales->empty()) continue;
+  // compute_scale always; the scales fitted only when named, when fitted.
+  for (const ScaleKind& k : kScaleKinds) {
+    const ScaleMap& scales = file.corrections.*(k.corrections);
+    if (k.only_when_named && scales.empty()) continue;
     Json out = Json::object();
-    for (const auto& [gpu, s] : *scales) out[gpu] = Rounded(s);
-    j[std::string(field)] = out;
+    for (const auto& [gpu, s] : scales) out[gpu] = Rounded(s);
+    j[std::string(k.name)] = out;
   }
   Json fw = Json::object();
   const RunCorrections& c = file.corrections;
@@ -1060,23 +1031,11 @@ nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file,
 absl::StatusOr<RunCorrections> CorrectionsFromMessage(
     const v1::Calibration& message, const GpuCatalog& catalog,
     absl::string_view path) {
-  struct Kind {
-    absl::string_view name;
-    const google::protobuf::Map<std::string, double>* in;
-    std::map<std::string, double>* out;
-    double lo, hi;
-  };
   RunCorrections c;
-  const Kind kinds[] = {
-      {kFitComputeScale, &message.compute_scale(), &c.compute_scale,
-       kMinComputeScale, kMaxComputeScale},
-      {kFitAttentionScale, &message.attention_scale(), &c.attention_scale,
-       kMinAttentionScale, kMaxAttentionScale},
-      {kFitTpCommScale, &message.tp_comm_scale(), &c.tp_comm_scale,
-       kMinAttentionScale, kMaxAttentionScale}};
-  for (const Kind& k : kinds) {
+  for (const ScaleKind& k : kScaleKinds) {
+    const auto& in = (message.*(k.message))();
     // Sorted, so the first bad entry named is the same on every call.
-    const std::map<std::string, double> sorted(k.in->begin(), k.in->end());
+    const ScaleMap sorted(in.begin(), in.end());
     for (const auto& [gpu, v] : sorted) {
       const std::string field = absl::StrCat(path, ".", k.name, ".", gpu);
       absl::StatusOr<int> type = catalog.IndexOf(gpu);
@@ -1089,7 +1048,7 @@ absl::StatusOr<RunCorrections> CorrectionsFromMessage(
             "%s: must be a factor in [%g, %g], got %g", field, k.lo, k.hi, v));
       }
       const std::string& id = catalog.type(*type).id;
-      if (!k.out->emplace(id, v).second) {
+      if (!(c.*(k.corrections)).emplace(id, v).second) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, ": names GPU type ", id, " twice"));
       }
@@ -1100,11 +1059,11 @@ absl::StatusOr<RunCorrections> CorrectionsFromMessage(
 
 v1::Calibration CorrectionsToMessage(const RunCorrections& c) {
   v1::Calibration m;
-  for (const auto& [gpu, v] : c.compute_scale) (*m.mutable_compute_scale())[gpu] = v;
-  for (const auto& [gpu, v] : c.attention_scale) {
-    (*m.mutable_attention_scale())[gpu] = v;
+  for (const ScaleKind& k : kScaleKinds) {
+    for (const auto& [gpu, v] : c.*(k.corrections)) {
+      (*(m.*(k.mutable_message))())[gpu] = v;
+    }
   }
-  for (const auto& [gpu, v] : c.tp_comm_scale) (*m.mutable_tp_comm_scale())[gpu] = v;
   return m;
 }
 
@@ -1124,12 +1083,10 @@ absl::StatusOr<RunCalibrationFile> RunCalibrationFromJson(
   }
   RunCalibrationFile file;
   // The scales: GPU id (or alias) -> factor > 0, each type once.
-  for (const auto& [field, out] :
-       {std::pair{kFitComputeScale, &file.corrections.compute_scale},
-        std::pair{kFitAttentionScale, &file.corrections.attention_scale},
-        std::pair{kFitTpCommScale, &file.corrections.tp_comm_scale}}) {
-    if (!top.Has(field)) continue;
-    ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader s, top.Object(field));
+  for (const ScaleKind& k : kScaleKinds) {
+    if (!top.Has(k.name)) continue;
+    ScaleMap* out = &(file.corrections.*(k.corrections));
+    ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader s, top.Object(k.name));
     for (const auto& [key, value] : s.value().items()) {
       absl::StatusOr<int> type = catalog.IndexOf(key);
       if (!type.ok()) {
