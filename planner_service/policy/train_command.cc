@@ -395,10 +395,19 @@ absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& o,
   if (!o.init.empty()) {
     absl::StatusOr<LoadedPolicy> loaded = LoadPolicyCheckpoint(o.init);
     if (!loaded.ok()) return loaded.status();
+    // A warm start may come from another profile set: retraining a policy
+    // after a recalibration starts from its old weights. Format and model
+    // must still match; the new checkpoint gets this set's fingerprint.
     if (absl::Status fits =
-            CheckCheckpointFits(loaded->info, policy_model, fingerprint, o.init);
+            CheckCheckpointFits(loaded->info, policy_model,
+                                loaded->info.profile_fingerprint, o.init);
         !fits.ok())
       return fits;
+    if (loaded->info.profile_fingerprint != fingerprint)
+      progress << o.init << ": trained on profile fingerprint "
+                << loaded->info.profile_fingerprint
+                << "; continuing on these profiles (" << fingerprint
+                << ")\n";
     grpo.network = loaded->info.network;
     init = std::move(loaded->network);
   }

@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner_service/io/data_files.h"
 #include "planner_service/policy/checkpoint.h"
 
 namespace arachne {
@@ -75,6 +76,41 @@ TEST(TrainCommandTest, TrainsWritesAndEvaluates) {
   ASSERT_EQ(RunTrainCommand(c, out2, err), 0) << err.str();
   EXPECT_THAT(out2.str(), HasSubstr("greedy reward before " + after_first))
       << first << out2.str();
+
+  // A warm start from another profile set (a recalibration): the weights
+  // carry over, the new checkpoint gets the new set's fingerprint, and the
+  // run says so.
+  const std::filesystem::path recal = dir / "recalibrated";
+  std::filesystem::create_directories(recal);
+  {
+    auto shipped = ReadDataFile("calibration.json", "");
+    ASSERT_TRUE(shipped.ok()) << shipped.status();
+    std::ofstream(recal / "calibration.json") << *shipped << "\n";
+  }
+  TrainOptions r = c;
+  r.profiles_dir = recal.string();
+  r.out = (dir / "recalibrated.pt").string();
+  std::ostringstream out3;
+  ASSERT_EQ(RunTrainCommand(r, out3, err), 0) << err.str();
+  auto first_ckpt = LoadPolicyCheckpoint(o.out);
+  auto recal_ckpt = LoadPolicyCheckpoint(r.out);
+  ASSERT_TRUE(first_ckpt.ok() && recal_ckpt.ok());
+  EXPECT_NE(recal_ckpt->info.profile_fingerprint,
+            first_ckpt->info.profile_fingerprint);
+  EXPECT_THAT(out3.str(),
+              HasSubstr(o.out + ": trained on profile fingerprint " +
+                        first_ckpt->info.profile_fingerprint +
+                        "; continuing on these profiles (" +
+                        recal_ckpt->info.profile_fingerprint + ")"));
+  EXPECT_THAT(out3.str(), HasSubstr("greedy reward before "));
+  // A checkpoint of another model is still no warm start.
+  TrainOptions q = c;
+  q.model = "qwen3-32b";
+  q.out = (dir / "qwen.pt").string();
+  std::ostringstream out4, err4;
+  EXPECT_EQ(RunTrainCommand(q, out4, err4), 2);
+  EXPECT_THAT(err4.str(), HasSubstr("checkpoint is for model \"llama3-8b\", "
+                                    "not \"qwen3-32b\""));
 
   // Evaluation: every suite composition of llama3-8b gets a learned plan.
   TrainOptions e;
