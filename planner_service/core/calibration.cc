@@ -177,6 +177,9 @@ struct FitRow {
 constexpr int kNumFit = 7;
 constexpr int kFitRounds = 6;
 constexpr int kFitEvalsPerRound = 3000;
+// Relative increase of the mean fwd+bwd error within which the small-GEMM
+// half-point counts as not determined by the rows (see Fit).
+constexpr double kHalfPointSlack = 0.02;
 using Vec = std::array<double, kNumFit>;
 
 double Logistic(double u) { return 1.0 / (1.0 + std::exp(-u)); }
@@ -314,11 +317,37 @@ CalibrationParams Fit(const std::vector<const FitRow*>& rows,
   active[2] = any_fp32;
   active[3] = any_fused;
   auto f = [&](const Vec& u) { return Objective(rows, gpu, FromVec(u, start)); };
-  Vec x = ToVec(start);
-  // Fixed restarts from the best point so far shake the simplex loose.
-  for (int round = 0; round < kFitRounds; ++round)
-    x = NelderMead(f, x, active, kFitEvalsPerRound);
-  return FromVec(x, start);
+  auto fit = [&](const std::array<bool, kNumFit>& act) {
+    Vec x = ToVec(start);
+    // Fixed restarts from the best point so far shake the simplex loose.
+    for (int round = 0; round < kFitRounds; ++round)
+      x = NelderMead(f, x, act, kFitEvalsPerRound);
+    return x;
+  };
+  const Vec free = fit(active);
+  // The small-GEMM half-point is only determined by rows with small GEMMs.
+  // Rows of large layers alone leave it free to follow a few outliers
+  // (A100-80GB's LLaMA rows fitted 24.8 GFLOP, a 98 us GEMM at half
+  // efficiency, which prices a TP-8 slice of a GPT layer ~40% too slowly).
+  // When holding it at the start value leaves the fwd+bwd error that users
+  // see (mean |pred/meas - 1|) within kHalfPointSlack of the free fit's,
+  // the rows do not determine it and the start value is kept.
+  std::array<bool, kNumFit> held = active;
+  held[1] = false;
+  const Vec fixed = fit(held);
+  auto mean_error = [&](const Vec& u) {
+    const CalibrationParams p = FromVec(u, start);
+    double sum = 0;
+    for (const FitRow* r : rows) {
+      const LayerTime t = PredictWork(r->rw, gpu, p, r->params);
+      sum += std::abs((t.fwd_ms + t.bwd_ms) / (r->fwd + r->bwd) - 1);
+    }
+    return rows.empty() ? 0 : sum / rows.size();
+  };
+  return FromVec(
+      mean_error(fixed) <= (1 + kHalfPointSlack) * mean_error(free) ? fixed
+                                                                     : free,
+      start);
 }
 
 struct Acc {
@@ -1200,8 +1229,8 @@ Arachne fills missing per-layer profiles with an analytical roofline
 fitted per GPU type to 1,276 published per-layer measurements from Cephalo
 (`profiles/reference/cephalo/layer-latency.csv`, see the README there) and
 shipped in `profiles/calibration.json`. GPU types without measurements get
-theirs by the old mapping rule in the shipped default and by the derived
-rule in the opt-in `profiles/reference/calibration-derived.json`
+theirs by the derived rule; the old mapping rule is kept for comparison in
+`profiles/reference/calibration-mapping.json`
 ([GPUs without measurements](#gpus-without-measurements)).
 
 ## Reproduce
@@ -1210,8 +1239,8 @@ rule in the opt-in `profiles/reference/calibration-derived.json`
 ARACHNE_UPDATE_CALIBRATION=1 build/test/calibration_test --gtest_filter='ShippedCalibration.*'
 ```
 
-rewrites `profiles/calibration.json` (old mapping rule),
-`profiles/reference/calibration-derived.json` (derived rule) and this file
+rewrites `profiles/calibration.json` (derived rule),
+`profiles/reference/calibration-mapping.json` (old mapping rule) and this file
 from the CSV, the GPU catalog and the model catalog (`CalibrateFiles` in
 `planner_service/io/profile_io.h`; `arachne profile calibrate --measured
 CSV --out FILE --report FILE` runs the same code and writes the default
@@ -1332,27 +1361,28 @@ any row. Held-out: parameters fitted without the held-out series.
 
 Two rules give a catalog type without measurements its parameters.
 
-**The shipped default, `profiles/calibration.json`, uses the old mapping
-rule**, because the shipped learned policies (`profiles/policies/`) were
-trained on it: their profile fingerprint (`ProfileSetFingerprint`,
-[learned-policy.md](learned-policy.md)) covers the exact text of
-calibration.json, so with any other file the learned planner refuses every
-shipped policy and planning falls back to template-search (the local
-`arachne plan` is an exception, below). The derived rule predicts held-out
-measured types better (leave-one-GPU-out below: pooled, and on each but
-A6000) and ships as an opt-in alternative,
-`profiles/reference/calibration-derived.json` (profiles/reference/ is not
-built into the binaries); it becomes the default when the policies are
-retrained on it.
+**The shipped default, `profiles/calibration.json`, uses the derived
+rule**: it predicts held-out measured types better than the old mapping
+(leave-one-GPU-out below: pooled, and on each type's mean error but
+A6000's). The shipped
+learned policies (`profiles/policies/`) were trained on it: their profile
+fingerprint (`ProfileSetFingerprint`, [learned-policy.md](learned-policy.md))
+covers the exact text of calibration.json, so with any other file the
+learned planner refuses every shipped policy and planning falls back to
+template-search (the local `arachne plan` is an exception, below). The old
+mapping rule is kept for comparison as
+`profiles/reference/calibration-mapping.json` (profiles/reference/ is not
+built into the binaries).
 
-### Shipped default: the old mapping
+### Old rule: the mapping
 
 A type takes the efficiencies of a measured type (fractions of its own
 peak and bandwidth, so nothing is scaled): the explicit table
 `DefaultGpuMapping()`, else by product name (V100/T4 → V100-16GB,
 P100/P40 → P100, A100 by memory), else HBM ≥ 1500 GB/s data-centre parts
 (H100, H200, B200, MI300X) → A100-80GB, else (workstation and inference
-Ampere/Ada/Blackwell cards) → A6000. Mapping written to calibration.json:
+Ampere/Ada/Blackwell cards) → A6000. Mapping written to
+calibration-mapping.json:
 
 | GPU | takes parameters of |
 |---|---|
@@ -1360,7 +1390,7 @@ Ampere/Ada/Blackwell cards) → A6000. Mapping written to calibration.json:
   for (const auto& [id, target] : r.old_mapping)
     absl::StrAppend(&md, "| ", id, " | ", target, " |\n");
   absl::StrAppend(&md, R"(
-### Opt-in: the derived rule
+### Shipped default: the derived rule
 
 Rule (`DeriveUnmeasuredGpuRule` / `ApplyUnmeasuredGpuRule`): a type's GEMM
 efficiency follows its own published matmul throughput instead of a
@@ -1418,14 +1448,15 @@ bf16 where the part has it, else fp16.
             u.gemm_half_us, u.attn_eff_rel, u.mem_eff, u.bwd_eff_rel,
             u.layer_overhead_us));
   }
-  absl::StrAppend(&md, R"(#### Planning with the derived rule
+  absl::StrAppend(&md, R"(#### Planning with another calibration
 
-Use a profiles directory whose calibration.json is the derived file
-(`--profiles-dir` overrides the built-in data file by file):
+Use a profiles directory whose calibration.json is the other file
+(`--profiles-dir` overrides the built-in data file by file), e.g. the old
+mapping rule:
 
 ```
 cp -r profiles /tmp/p
-cp profiles/reference/calibration-derived.json /tmp/p/calibration.json
+cp profiles/reference/calibration-mapping.json /tmp/p/calibration.json
 arachne plan --profiles-dir /tmp/p --model llama3-8b --cluster examples/a100-h100-64.yaml
 arachne-planner --profiles-dir /tmp/p      # the planning service
 ```
@@ -1438,34 +1469,32 @@ calibration.json, and planning falls back to template-search
 exception: the local `arachne plan` checks the fingerprint against the
 built-in calibration.json whatever `--profiles-dir` says
 (planner_service/cli/main.cc registers the policy factory without it), so
-it still prints `planner: learned` and steers the search over the derived
-costs with policies trained on the mapping rule's; give it `--planner
+it still prints `planner: learned` and steers the search over the other
+costs with policies trained on the default's; give it `--planner
 template-search` to plan without them, and serve retrained policies with
-`arachne-planner`. Retrain each shipped policy on the directory with the
-settings in its `.json`'s `training`
-([learned-policy.md](learned-policy.md#training)), e.g.
+`arachne-planner`. Retrain each shipped policy on the directory, starting
+from the shipped weights (`--init` accepts a checkpoint of another profile
+set; the new one gets this set's fingerprint), with the settings in
+[learned-policy.md](learned-policy.md#training), e.g.
 
 ```
 arachne train --model llama3-8b --compositions 32 --episodes 48960 --seed 3 \
+    --init profiles/policies/llama3-8b.pt \
     --profiles-dir /tmp/p --out /tmp/p/policies/llama3-8b.pt
-arachne train --models llama3-8b,qwen3-32b,mixtral-8x7b,qwen3-30b-a3b,gpt-neo-2.7b,gpt3-175b \
-    --generated-models 26 --compositions 96 --seed 1 --time-limit 2400 \
-    --profiles-dir /tmp/p --out /tmp/p/policies/general.pt
 arachne-planner --profiles-dir /tmp/p --policies-dir /tmp/p/policies
 ```
 
-(likewise gpt-neo-2.7b, mixtral-8x7b, qwen3-30b-a3b and qwen3-32b). To make
-the derived rule the default, write it to profiles/calibration.json and
-ship the retrained policies with it.
+(likewise general, gpt-neo-2.7b, mixtral-8x7b, qwen3-30b-a3b and
+qwen3-32b).
 
 )");
   if (!examples.rows.empty()) {
     absl::StrAppend(
         &md, "What it changes, for example a ", examples.what,
-        ",\nfwd+bwd ms (`arachne profile show` on the default profiles and "
-        "on /tmp/p):\n\n"
-        "| GPU | default copies | default (mapping) ms | derived ms | "
-        "derived / default |\n|---|---|---|---|---|\n");
+        ",\nfwd+bwd ms (`arachne profile show` on /tmp/p above and on the "
+        "default profiles):\n\n"
+        "| GPU | old rule copies | old (mapping) ms | derived (default) ms | "
+        "derived / old |\n|---|---|---|---|---|\n");
     for (const UnmeasuredGpuExample& e : examples.rows)
       absl::StrAppend(
           &md, absl::StrFormat("| %s | %s | %.2f | %.2f | %.2f |\n", e.gpu_id,
@@ -1510,7 +1539,7 @@ fwd+bwd per row, percent.
   absl::StrAppend(&md, R"(
 ### Catalog types without measurements
 
-Written to calibration-derived.json (`derived`). An entry in its `mapping`
+Written to calibration.json (`derived`). An entry in its `mapping`
 (unfitted id → fitted id; `Calibrate`'s overrides) copies a fitted type
 instead and wins over the derived parameters.
 

@@ -93,9 +93,8 @@ struct CalibrationDonor {
   bool attn_fitted = false;  // had fused-attention rows (attn_eff_rel fitted)
 };
 
-// The NEW (derived) rule for a GPU type without layer measurements, opt-in:
-// profiles/reference/calibration-derived.json carries it (docs/calibration.md
-// says how to plan with it). The GEMM
+// The derived rule for a GPU type without layer measurements, the shipped
+// default (profiles/calibration.json; docs/calibration.md). The GEMM
 // efficiency follows the type's own published matmul throughput:
 //   gemm_eff_max = gemm_eff_per_matmul * matmul_tflops / peak_bf16_tflops
 // (gemm_eff_per_matmul = how much of a square-matmul benchmark the measured
@@ -232,11 +231,10 @@ struct CalibrationReport {
   // The parameters this report gives planning: fitted + derived + mapped.
   CalibrationSet ToSet() const;
   // The same fit with the OLD mapping rule for unmeasured types: no rule,
-  // no derived types, no leave-one-GPU-out; mapping = old_mapping. This is
-  // the shipped default profiles/calibration.json: the shipped learned
-  // policies were trained on it (their profile fingerprint covers the file's
-  // text), so it stays until they are retrained. The derived form (this
-  // report as is) ships as profiles/reference/calibration-derived.json.
+  // no derived types, no leave-one-GPU-out; mapping = old_mapping. Kept for
+  // comparison as profiles/reference/calibration-mapping.json; the shipped
+  // default profiles/calibration.json is this report as is (the derived
+  // rule), which the shipped learned policies were trained on.
   CalibrationReport MappingRuleForm() const;
 };
 
@@ -269,8 +267,8 @@ bool IsHeldOutSeries(absl::string_view series_key);
 struct UnmeasuredGpuExample {
   std::string gpu_id;
   std::string mapping_source;  // fitted id the old mapping copies
-  double mapping_ms = 0;       // fwd+bwd under the shipped default (mapping)
-  double derived_ms = 0;       // fwd+bwd under the derived rule
+  double mapping_ms = 0;       // fwd+bwd under the old mapping rule
+  double derived_ms = 0;       // fwd+bwd under the derived rule (default)
 };
 // What the examples price, e.g. "llama3-8b dense layer, tp 1, mbs 1, seq 4096".
 struct UnmeasuredGpuExamples {

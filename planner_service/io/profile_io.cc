@@ -454,7 +454,7 @@ absl::StatusOr<UnmeasuredGpuExamples> ComputeUnmeasuredGpuExamples(
 absl::StatusOr<CalibrationReport> CalibrateFiles(
     const std::string& csv_path, const GpuCatalog& catalog,
     const std::string& json_out, const std::string& markdown_out,
-    const std::string& derived_json_out) {
+    const std::string& mapping_json_out) {
   absl::StatusOr<std::string> csv = ReadFileToString(csv_path);
   if (!csv.ok()) return csv.status();
   absl::StatusOr<std::vector<MeasuredLayer>> rows = ParseMeasuredLayerCsv(*csv);
@@ -473,14 +473,13 @@ absl::StatusOr<CalibrationReport> CalibrateFiles(
     return absl::OkStatus();
   };
   if (!json_out.empty()) {
-    if (absl::Status s =
-            write(json_out, CalibrationReportToJson(report->MappingRuleForm()));
+    if (absl::Status s = write(json_out, CalibrationReportToJson(*report));
         !s.ok())
       return s;
   }
-  if (!derived_json_out.empty()) {
-    if (absl::Status s =
-            write(derived_json_out, CalibrationReportToJson(*report));
+  if (!mapping_json_out.empty()) {
+    if (absl::Status s = write(mapping_json_out,
+                               CalibrationReportToJson(report->MappingRuleForm()));
         !s.ok())
       return s;
   }

