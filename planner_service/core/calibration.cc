@@ -305,51 +305,6 @@ Vec NelderMead(const std::function<double(const Vec&)>& f, Vec x0,
   return simplex[best];
 }
 
-CalibrationParams Fit(const std::vector<const FitRow*>& rows,
-                      const GpuType& gpu, const CalibrationParams& start) {
-  std::array<bool, kNumFit> active;
-  active.fill(true);
-  bool any_fp32 = false, any_fused = false;
-  for (const FitRow* r : rows) {
-    any_fp32 |= r->fp32;
-    any_fused |= r->rw.work.fused_attn_fwd_flops > 0;
-  }
-  active[2] = any_fp32;
-  active[3] = any_fused;
-  auto f = [&](const Vec& u) { return Objective(rows, gpu, FromVec(u, start)); };
-  auto fit = [&](const std::array<bool, kNumFit>& act) {
-    Vec x = ToVec(start);
-    // Fixed restarts from the best point so far shake the simplex loose.
-    for (int round = 0; round < kFitRounds; ++round)
-      x = NelderMead(f, x, act, kFitEvalsPerRound);
-    return x;
-  };
-  const Vec free = fit(active);
-  // The small-GEMM half-point is only determined by rows with small GEMMs.
-  // Rows of large layers alone leave it free to follow a few outliers
-  // (A100-80GB's LLaMA rows fitted 24.8 GFLOP, a 98 us GEMM at half
-  // efficiency, which prices a TP-8 slice of a GPT layer ~40% too slowly).
-  // When holding it at the start value leaves the fwd+bwd error that users
-  // see (mean |pred/meas - 1|) within kHalfPointSlack of the free fit's,
-  // the rows do not determine it and the start value is kept.
-  std::array<bool, kNumFit> held = active;
-  held[1] = false;
-  const Vec fixed = fit(held);
-  auto mean_error = [&](const Vec& u) {
-    const CalibrationParams p = FromVec(u, start);
-    double sum = 0;
-    for (const FitRow* r : rows) {
-      const LayerTime t = PredictWork(r->rw, gpu, p, r->params);
-      sum += std::abs((t.fwd_ms + t.bwd_ms) / (r->fwd + r->bwd) - 1);
-    }
-    return rows.empty() ? 0 : sum / rows.size();
-  };
-  return FromVec(
-      mean_error(fixed) <= (1 + kHalfPointSlack) * mean_error(free) ? fixed
-                                                                     : free,
-      start);
-}
-
 struct Acc {
   int n = 0;
   double f = 0, b = 0, t = 0, mx = 0;
@@ -375,6 +330,53 @@ struct Acc {
     return s;
   }
 };
+
+CalibrationParams Fit(const std::vector<const FitRow*>& rows,
+                      const GpuType& gpu, const CalibrationParams& start) {
+  std::array<bool, kNumFit> active;
+  active.fill(true);
+  bool any_fp32 = false, any_fused = false;
+  for (const FitRow* r : rows) {
+    any_fp32 |= r->fp32;
+    any_fused |= r->rw.work.fused_attn_fwd_flops > 0;
+  }
+  active[2] = any_fp32;
+  active[3] = any_fused;
+  auto f = [&](const Vec& u) { return Objective(rows, gpu, FromVec(u, start)); };
+  auto fit = [&](const std::array<bool, kNumFit>& act) {
+    Vec x = ToVec(start);
+    // Fixed restarts from the best point so far shake the simplex loose.
+    for (int round = 0; round < kFitRounds; ++round)
+      x = NelderMead(f, x, act, kFitEvalsPerRound);
+    return x;
+  };
+  const Vec free = fit(active);
+  // Per layer the small-GEMM half-point adds the same time to every GEMM
+  // call, like the per-layer overhead; only rows that tell the two apart
+  // determine it: layers with different numbers of GEMM calls (SwiGLU and
+  // flash attention against GeLU and eager attention), or FP32 rows (another
+  // peak). Otherwise it is
+  // free to follow a few outliers (A100-80GB's LLaMA rows fitted 24.8 GFLOP,
+  // a 98 us GEMM at half efficiency, which prices a TP-8 slice of a GPT
+  // layer ~40% too slowly). When holding it at the start value leaves the
+  // fwd+bwd error that users see within kHalfPointSlack of the free fit's,
+  // the start value is kept.
+  std::array<bool, kNumFit> held = active;
+  held[1] = false;
+  const Vec fixed = fit(held);
+  auto mean_error = [&](const Vec& u) {
+    const CalibrationParams p = FromVec(u, start);
+    Acc acc;
+    for (const FitRow* r : rows)
+      acc.Add(PredictWork(r->rw, gpu, p, r->params), *r);
+    return acc.Stats().mape_total;
+  };
+  return FromVec(
+      mean_error(fixed) <= (1 + kHalfPointSlack) * mean_error(free) ? fixed
+                                                                     : free,
+      start);
+}
+
 
 uint64_t Fnv1a64(absl::string_view s) {
   uint64_t h = 1469598103934665603ull;

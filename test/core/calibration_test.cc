@@ -198,11 +198,11 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
       << kJson << " differs from the derived-rule rendering; regenerate with "
          "ARACHNE_UPDATE_CALIBRATION=1";
   // The old mapping rule, kept for comparison.
-  const std::string default_text = ReadRepoFile(kMappingJson);
-  EXPECT_TRUE(default_text == CalibrationReportToJson(report->MappingRuleForm()))
+  const std::string mapping_text = ReadRepoFile(kMappingJson);
+  EXPECT_TRUE(mapping_text == CalibrationReportToJson(report->MappingRuleForm()))
       << kMappingJson << " differs from the mapping-rule rendering; "
          "regenerate with ARACHNE_UPDATE_CALIBRATION=1";
-  absl::StatusOr<CalibrationSet> fallback = ParseCalibrationJson(default_text);
+  absl::StatusOr<CalibrationSet> fallback = ParseCalibrationJson(mapping_text);
   ASSERT_TRUE(fallback.ok()) << fallback.status();
   EXPECT_FALSE(fallback->rule.has_value());
   EXPECT_TRUE(fallback->derived.empty());
@@ -211,7 +211,7 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
   EXPECT_EQ(fallback->mapping.at("H100-80GB"), "A100-80GB");
   EXPECT_EQ(fallback->mapping.at("T4"), "V100-16GB");
   {
-    const nlohmann::json d = nlohmann::json::parse(default_text);
+    const nlohmann::json d = nlohmann::json::parse(mapping_text);
     EXPECT_FALSE(d.contains("derived"));
     EXPECT_FALSE(d.contains("unmeasured_rule"));
     EXPECT_FALSE(d.contains("leave_one_gpu_out"));
