@@ -163,6 +163,8 @@ void CostModel::FillFacts(const Template& t, PlacementFacts& f) const {
   const GpuCatalog& catalog = *catalog_;
   const std::vector<double>& nic_share = nic_share_;
   const double p2p_nic_eff = params_.nic_efficiency;
+  const bool full_tensor_sends = !training_.framework.pipeline_scatter_gather &&
+                                 !training_.framework.sequence_parallel;
   const int d = t.depth();
   for (int s = 0; s < d; ++s) {
     f.stage_min_share[s] = kInfeasible;
@@ -187,6 +189,13 @@ void CostModel::FillFacts(const Template& t, PlacementFacts& f) const {
                        nic_share[next] * t.stages[s + 1].tp),
               std::min(cluster.NicGBps(node), cluster.NicGBps(next)) *
                   p2p_nic_eff);
+          // Without the scatter/gather of the boundary activation (and
+          // without sequence parallelism, which shards it anyway) every TP
+          // rank sends the whole tensor through the same NIC: the group
+          // moves t copies.
+          if (full_tensor_sends) {
+            bw /= std::max(t.stages[s].tp, t.stages[s + 1].tp);
+          }
         }
         f.boundary_gbps[s] = std::min(f.boundary_gbps[s], bw);
       }

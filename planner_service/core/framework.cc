@@ -133,6 +133,8 @@ const std::vector<Field>& Fields() {
          }});
     v->push_back(BoolField("overlap_grad_reduce",
                            &FrameworkConfig::overlap_grad_reduce));
+    v->push_back(BoolField("pipeline_scatter_gather",
+                           &FrameworkConfig::pipeline_scatter_gather));
     v->push_back(NumberField("tp_comm_exposed_fraction",
                              &FrameworkConfig::tp_comm_exposed_fraction, 0,
                              1));

@@ -80,6 +80,13 @@ struct FrameworkConfig {
   // The data-parallel gradient reduction overlaps the backward of the last
   // micro-batch (bucketed, as Megatron's --overlap-grad-reduce / DDP).
   bool overlap_grad_reduce = false;
+  // Megatron's scatter/gather of the activation a pipeline stage sends
+  // (Narayanan et al. 2021, section 4.1; on unless
+  // --no-scatter-gather-tensors-in-pipeline): each TP rank sends its 1/t
+  // slice across a node boundary and the receivers all-gather it over
+  // NVLink. Off, each of the t ranks sends the whole tensor through the
+  // node's NIC. Sequence parallelism shards the tensor either way.
+  bool pipeline_scatter_gather = true;
   // Fraction of the TP collectives that stays on the critical path (1: none
   // overlapped; Transformer Engine's userbuffer overlap hides most).
   double tp_comm_exposed_fraction = 1.0;

@@ -236,6 +236,50 @@ TEST_F(FrameworkCostTest, OverlappedGradReduceHidesBehindTheBackward) {
               exposed->breakdown.dp_sync_s, 1e-12);
 }
 
+TEST_F(FrameworkCostTest, PipelineSendsWithoutScatterGatherMoveTheWholeTensorPerRank) {
+  // Two nodes of 2 FAST GPUs, one TP 2 stage on each: the boundary crosses
+  // the NIC. One micro-batch's activation is 2 B x 1024 tokens x 1024.
+  const Cluster cluster = MakeCluster(catalog_, {{kFast, 2}, {kFast, 2}});
+  Plan plan;
+  Template t;
+  t.stages = {MakeStage(kFast, 2, 0, 2), MakeStage(kFast, 2, 2, 4)};
+  t.replicas = 1;
+  t.micro_batch_size = 1;
+  t.total_micro_batches = 8;
+  t.placement = {{0, {0, 1}}, {1, {0, 1}}};
+  plan.templates = {t};
+  auto p2p_of = [&](bool sequence_parallel, bool scatter_gather) {
+    TrainingConfig training = testing::ToyTraining();
+    training.framework.sequence_parallel = sequence_parallel;
+    training.framework.pipeline_scatter_gather = scatter_gather;
+    absl::StatusOr<Prediction> p = Build(cluster, training).Predict(plan);
+    CHECK(p.ok()) << p.status();
+    return p->breakdown.p2p_s;
+  };
+  const double bytes = 2.0 * 1024 * 1024;
+  // The TP group's two NIC shares, 2 x 12.5 x 0.976 / 2 GB/s: each rank
+  // sends its half of the tensor (scatter/gather) ...
+  const double group_gbps = 12.5 * 0.976;
+  const double scattered = 8 * 2 * (bytes / (group_gbps * 1e9) + 20e-6);
+  EXPECT_NEAR(p2p_of(false, true), scattered, 1e-12);
+  // ... or, without it, the whole tensor: the NIC carries 2 copies.
+  EXPECT_NEAR(p2p_of(false, false),
+              8 * 2 * (2 * bytes / (group_gbps * 1e9) + 20e-6), 1e-12);
+  // Sequence parallelism shards the boundary tensor whatever the flag says.
+  EXPECT_NEAR(p2p_of(true, false), scattered, 1e-12);
+  EXPECT_NEAR(p2p_of(true, true), scattered, 1e-12);
+
+  // Inside one node each rank has its own link: no change.
+  const Cluster one_node = MakeCluster(catalog_, {{kFast, 4}});
+  plan.templates[0].placement = {{0, {0, 1}}, {0, {2, 3}}};
+  TrainingConfig training = testing::ToyTraining();
+  training.framework.sequence_parallel = false;
+  training.framework.pipeline_scatter_gather = false;
+  absl::StatusOr<Prediction> intra = Build(one_node, training).Predict(plan);
+  ASSERT_TRUE(intra.ok()) << intra.status();
+  EXPECT_NEAR(intra->breakdown.p2p_s, 8 * 2 * (bytes / 100e9 + 20e-6), 1e-12);
+}
+
 // A LLaMA-shaped layer small enough to compute by hand.
 ModelSpec SmallLlama() {
   ModelSpec m;
