@@ -84,10 +84,11 @@ TEST(FrameworkYamlTest, MappingFormAppliesThePresetThenTheOverrides) {
   // No preset: megatron-core's; YAML booleans and floats as their fields.
   t = ReadYaml(
       "training: {framework: {sequence_parallel: false, fragmentation: 0.25,"
-      " sharding: parameters}}\n");
+      " sharding: parameters, pipeline_scatter_gather: false}}\n");
   ASSERT_TRUE(t.ok()) << t.status();
   FrameworkConfig want;
   want.sequence_parallel = false;
+  want.pipeline_scatter_gather = false;
   want.fragmentation = 0.25;
   want.sharding = StateSharding::kParameters;
   EXPECT_EQ(t->framework, want);
