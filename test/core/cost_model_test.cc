@@ -69,14 +69,9 @@ TEST_F(CostModelTest, OneStage) {
 TEST_F(CostModelTest, TwoStagesUnequalSpeedAndBubble) {
   Cluster cluster = MakeCluster(catalog_, {{kFast, 1}, {kSlow, 1}});
   CostModel cm = Build(cluster);
-  Plan plan;
-  Template t;
-  t.stages = {MakeStage(kFast, 1, 0, 2), MakeStage(kSlow, 1, 2, 4)};
-  t.replicas = 1;
-  t.micro_batch_size = 1;
-  t.total_micro_batches = 8;
-  t.placement = {{0, {0}}, {1, {0}}};
-  plan.templates = {t};
+  const Plan plan = testing::OneReplicaPlan(
+      {MakeStage(kFast, 1, 0, 2), MakeStage(kSlow, 1, 2, 4)},
+      {{0, {0}}, {1, {0}}});
   // Stage 0: 2 x 3 ms + activations out and gradients back over the NIC
   // (2 MiB each way); stage 1: 2 x 6 ms.
   const double p2p = 2 * (2.0 * 1024 * 1024 / (kNic * 1e9) + 20e-6);

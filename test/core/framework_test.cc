@@ -240,14 +240,9 @@ TEST_F(FrameworkCostTest, PipelineSendsWithoutScatterGatherMoveTheWholeTensorPer
   // Two nodes of 2 FAST GPUs, one TP 2 stage on each: the boundary crosses
   // the NIC. One micro-batch's activation is 2 B x 1024 tokens x 1024.
   const Cluster cluster = MakeCluster(catalog_, {{kFast, 2}, {kFast, 2}});
-  Plan plan;
-  Template t;
-  t.stages = {MakeStage(kFast, 2, 0, 2), MakeStage(kFast, 2, 2, 4)};
-  t.replicas = 1;
-  t.micro_batch_size = 1;
-  t.total_micro_batches = 8;
-  t.placement = {{0, {0, 1}}, {1, {0, 1}}};
-  plan.templates = {t};
+  Plan plan = testing::OneReplicaPlan(
+      {MakeStage(kFast, 2, 0, 2), MakeStage(kFast, 2, 2, 4)},
+      {{0, {0, 1}}, {1, {0, 1}}});
   auto p2p_of = [&](bool sequence_parallel, bool scatter_gather) {
     TrainingConfig training = testing::ToyTraining();
     training.framework.sequence_parallel = sequence_parallel;

@@ -128,6 +128,21 @@ inline Stage MakeStage(int type, int tp, int begin, int end) {
   return s;
 }
 
+// One replica of `stages` placed on `placement` (one entry a stage), micro-
+// batches of 1, 8 per iteration (ToyTraining's global batch).
+inline Plan OneReplicaPlan(std::vector<Stage> stages,
+                           std::vector<StagePlacement> placement) {
+  Template t;
+  t.stages = std::move(stages);
+  t.replicas = 1;
+  t.micro_batch_size = 1;
+  t.total_micro_batches = 8;
+  t.placement = std::move(placement);
+  Plan plan;
+  plan.templates = {t};
+  return plan;
+}
+
 }  // namespace arachne::testing
 
 #endif  // ARACHNE_TEST_CORE_TOY_FIXTURE_H_
