@@ -61,7 +61,9 @@ MEGATRON_2021_FRAMEWORK = ("{preset: megatron-core, sequence_parallel: false, "
 # pipeline sends were scattered over the TP ranks; the two dev runs decide
 # (findings.md item 9): a compute-scale fit on them leaves an rms log error
 # of 0.061 with scatter/gather, 0.005 without.
-DLPERF_MEGATRON_FRAMEWORK = MEGATRON_2021_FRAMEWORK[:-1] + ", pipeline_scatter_gather: false}"
+DLPERF_MEGATRON_FRAMEWORK = ("{preset: megatron-core, sequence_parallel: false, "
+                             "attention: materialized, attention_dropout: true, "
+                             "pipeline_scatter_gather: false}")
 
 
 def write_megatron():

@@ -355,12 +355,11 @@ CalibrationParams Fit(const std::vector<const FitRow*>& rows,
   // call, like the per-layer overhead; only rows that tell the two apart
   // determine it: layers with different numbers of GEMM calls (SwiGLU and
   // flash attention against GeLU and eager attention), or FP32 rows (another
-  // peak). Otherwise it is
-  // free to follow a few outliers (A100-80GB's LLaMA rows fitted 24.8 GFLOP,
-  // a 98 us GEMM at half efficiency, which prices a TP-8 slice of a GPT
-  // layer ~40% too slowly). When holding it at the start value leaves the
-  // fwd+bwd error that users see within kHalfPointSlack of the free fit's,
-  // the start value is kept.
+  // peak). Otherwise it is free to follow a few outliers (A100-80GB's LLaMA
+  // rows fitted 24.8 GFLOP, a 98 us GEMM at half efficiency, which prices a
+  // TP-8 slice of a GPT layer ~40% too slowly). When holding it at the start
+  // value leaves the fwd+bwd error that users see within kHalfPointSlack of
+  // the free fit's, the start value is kept.
   std::array<bool, kNumFit> held = active;
   held[1] = false;
   const Vec fixed = fit(held);
@@ -376,7 +375,6 @@ CalibrationParams Fit(const std::vector<const FitRow*>& rows,
                                                                      : free,
       start);
 }
-
 
 uint64_t Fnv1a64(absl::string_view s) {
   uint64_t h = 1469598103934665603ull;
