@@ -342,6 +342,21 @@ DLPERF_ONEFLOW = {
     "2D_PP_2x4x4_512_2304x24": (13117.18, 11958), "2D_PP_2x8x2_512_2304x24": (14375.35, 10708),
 }
 DLPERF_DEV = {"DP_8x1x1_16_1536x16", "2D_PP_2x4x4_512_2304x24"}  # Megatron only
+# The GPU columns of the README's `nvidia-smi topo -m` ("测试环境"), verbatim:
+# the DGX-1 hybrid cube-mesh. One NVLink 2 moves 25 GB/s per direction
+# (V100: 6 links, 300 GB/s both directions in all; FACTS.md s1).
+DLPERF_TOPO = [
+    "X   NV1 NV1 NV2 NV2 SYS SYS SYS",
+    "NV1 X   NV2 NV1 SYS NV2 SYS SYS",
+    "NV1 NV2 X   NV2 SYS SYS NV1 SYS",
+    "NV2 NV1 NV2 X   SYS SYS SYS NV1",
+    "NV2 SYS SYS SYS X   NV1 NV1 NV2",
+    "SYS NV2 SYS SYS NV1 X   NV2 NV1",
+    "SYS SYS NV1 SYS NV1 NV2 X   NV2",
+    "SYS SYS SYS NV1 NV2 NV1 NV2 X",
+]
+DLPERF_TOPOLOGY = ("{nvlink_gbps: 25, gpu_links: [" +
+                   ", ".join(f'"{row}"' for row in DLPERF_TOPO) + "]}")
 
 
 def write_dlperf():
@@ -374,8 +389,9 @@ def write_dlperf():
             out.append(f"    source: \"Oneflow-Inc/DLPerf {where}, row {case}\"")
             out.append(f"    model: {{name: gpt-h{h}-l{l}, num_layers: {l}, hidden: {h}, num_heads: {a}, "
                        f"ffn: {4 * h}, vocab: {vocab}, mlp: gelu, tied_embeddings: true}}")
+            topology = f", topology: {DLPERF_TOPOLOGY}" if gpn == 8 else ""
             out.append(f"    cluster: {{inter_node_gbps: 100, node_groups: [{{gpu: V100-16GB, "
-                       f"gpus_per_node: {gpn}, count: {nodes}}}]}}")
+                       f"gpus_per_node: {gpn}, count: {nodes}{topology}}}]}}")
             framework = DLPERF_MEGATRON_FRAMEWORK if fw == "megatron" else MEGATRON_2021_FRAMEWORK
             out.append(f"    training: {{seq_len: 2048, global_batch: {gbs}, precision: fp16, recompute: full, "
                        f"framework: {framework}}}")

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "planner_service/core/gpu_catalog.h"
 
@@ -13,11 +14,42 @@ namespace arachne {
 
 inline constexpr double kDefaultInterNodeGbps = 100.0;
 
+// How a node's GPUs are joined, for nodes where the pairs differ (the DGX-1
+// hybrid cube-mesh, PCIe cards with 2-way NVLink bridges). Absent (no rows),
+// every group of the node's GPUs gets the catalog's intra_node_gbps, as on
+// an NVSwitch node.
+struct NodeTopology {
+  // gpu_links[i][j]: bonded NVLinks between local GPUs i and j (0 = none);
+  // square, symmetric, zero diagonal, one row per GPU of the node.
+  std::vector<std::vector<int>> gpu_links;
+  double nvlink_gbps = 0;  // GB/s per link and direction
+  // GB/s per direction of a group whose GPUs NVLink does not join
+  // (through PCIe and the host); 0 = not given.
+  double pcie_gbps = 0;
+
+  bool empty() const { return gpu_links.empty(); }
+  // Bandwidth of the tensor-parallel group of `tp` consecutive local GPUs
+  // starting at `first` (Megatron's layout puts TP ranks on consecutive
+  // local ranks): NCCL runs a ring per link direction, so a GPU moves at
+  // most (its NVLinks to other members) x nvlink_gbps, and the group at its
+  // slowest member's rate; a group NVLink does not connect goes through
+  // pcie_gbps. Requires !empty() and a valid range.
+  double GroupGbps(int first, int tp) const;
+};
+
+// Checks `t` for a node of `num_gpus` GPUs: the shape of gpu_links, link
+// counts in 0..18 (NVLink 4's per-GPU maximum), symmetry, nvlink_gbps > 0
+// when any link is given, and pcie_gbps > 0 when some aligned power-of-two
+// group of consecutive GPUs is not joined by NVLink. Messages start at the
+// field inside the topology ("gpu_links[2][5]: ...", "pcie_gbps: ...").
+absl::Status ValidateNodeTopology(const NodeTopology& t, int num_gpus);
+
 struct Node {
   std::string name;
   int gpu_type = -1;  // index into the GpuCatalog
   int num_gpus = 0;
   double nic_gbps = kDefaultInterNodeGbps;  // gigabits/s, shared by the node
+  NodeTopology topology;
 };
 
 class Cluster {
@@ -40,6 +72,11 @@ class Cluster {
   const std::vector<int>& types_present() const { return types_present_; }
   // NIC bandwidth of node `i` in GB/s (bytes).
   double NicGBps(int i) const { return nodes_[i].nic_gbps / 8.0; }
+  // Slowest aligned group of `tp` consecutive GPUs on any node of type `t`
+  // with at least `tp` GPUs, in GB/s per direction: `switch_gbps` (the
+  // catalog's intra_node_gbps) on nodes without a topology. `switch_gbps`
+  // when no node of the type holds `tp` GPUs.
+  double SlowestTpGroupGbps(int t, int tp, double switch_gbps) const;
 
  private:
   std::vector<Node> nodes_;

@@ -79,6 +79,12 @@ absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
     const double tp_comm_scale = scale_of(params.tp_comm_scale);
     const double attention_extra = scale_of(params.attention_scale) - 1.0;
     for (int tl = 0; tl <= kMaxTpLog2; ++tl) {
+      // The profiles price TP collectives at the catalog's intra-node
+      // bandwidth (a switch); nodes with a declared topology move them at
+      // their slowest TP group's links instead (Cluster::SlowestTpGroupGbps).
+      const double topology_scale =
+          gpu.intra_node_gbps /
+          cluster.SlowestTpGroupGbps(type, 1 << tl, gpu.intra_node_gbps);
       for (int ml = 0; ml <= kMaxMbsLog2; ++ml) {
         auto& cell = cm.cells_[cm.CellIndex(type, tl, ml)];
         for (int k = 0; k < kNumLayerKinds; ++k) {
@@ -95,7 +101,7 @@ absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
               (e->bwd_ms + attention_extra * e->attention_bwd_ms) * 1e-3 *
               compute_scale;
           c.tp_comm_s = e->tp_comm_ms * 1e-3 * fw.tp_comm_exposed_fraction *
-                        tp_comm_scale;
+                        tp_comm_scale * topology_scale;
           c.params = static_cast<double>(e->param_count);
           const double act = static_cast<double>(e->activation_bytes);
           const bool block = kind == LayerKind::kDense ||

@@ -8,7 +8,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "planner_service/core/node_pool.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/json_yaml.h"
@@ -65,6 +69,73 @@ absl::StatusOr<double> NicOr(bool has, double value, double fallback,
   return value;
 }
 
+// `nvidia-smi topo -m` path kinds that carry no NVLink.
+bool IsNonNvLinkPath(absl::string_view token) {
+  return token == "SYS" || token == "NODE" || token == "PHB" ||
+         token == "PXB" || token == "PIX";
+}
+
+// The topology message of a node (or group) at `field`: each row's tokens
+// become link counts, then ValidateNodeTopology checks the whole.
+absl::StatusOr<NodeTopology> TopologyOf(const v1::NodeTopology& m, int num_gpus,
+                                        const MessageErrors& errors,
+                                        const std::string& field) {
+  NodeTopology t;
+  for (int i = 0; i < m.gpu_links_size(); ++i) {
+    const std::string row_field = IndexFieldPath(field + ".gpu_links", i);
+    std::vector<int> row;
+    const std::vector<absl::string_view> tokens =
+        absl::StrSplit(m.gpu_links(i), ' ', absl::SkipWhitespace());
+    for (int j = 0; j < static_cast<int>(tokens.size()); ++j) {
+      const absl::string_view tok = tokens[j];
+      int links = 0;
+      if (tok == "X") {
+        if (j != i) {
+          return errors.At(row_field,
+                           absl::StrCat("entry ", j,
+                                        " is \"X\" (the GPU "
+                                        "itself), which belongs at entry ",
+                                        i));
+        }
+      } else if (absl::StartsWith(tok, "NV") &&
+                 absl::SimpleAtoi(tok.substr(2), &links) && links > 0) {
+        // NV<k>: k bonded NVLinks.
+      } else if (!IsNonNvLinkPath(tok)) {
+        return errors.At(
+            row_field,
+            absl::StrCat("entry ", j, " is ", QuoteForMessage(std::string(tok)),
+                         "; expected X, NV<k> or one of SYS, NODE, PHB, PXB, "
+                         "PIX (nvidia-smi topo -m)"));
+      }
+      if (tok != "X" && j == i) {
+        return errors.At(
+            row_field,
+            absl::StrCat("entry ", i, " is the GPU itself: \"X\", got ",
+                         QuoteForMessage(std::string(tok))));
+      }
+      row.push_back(links);
+    }
+    t.gpu_links.push_back(std::move(row));
+  }
+  if (m.has_nvlink_gbps()) t.nvlink_gbps = m.nvlink_gbps();
+  if (m.has_pcie_gbps()) {
+    if (!(m.pcie_gbps() > 0)) {
+      return errors.At(
+          field + ".pcie_gbps",
+          absl::StrCat("must be a number > 0, got ", m.pcie_gbps()));
+    }
+    t.pcie_gbps = m.pcie_gbps();
+  }
+  if (t.empty() && (m.has_nvlink_gbps() || m.has_pcie_gbps())) {
+    return errors.At(field + ".gpu_links",
+                     "nvlink_gbps / pcie_gbps need the rows they apply to");
+  }
+  if (absl::Status s = ValidateNodeTopology(t, num_gpus); !s.ok()) {
+    return errors.At(field, s.message());
+  }
+  return t;
+}
+
 }  // namespace
 
 absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
@@ -90,8 +161,9 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
     total_nodes += count;
   }
   if (total_nodes == 0) {
-    return errors.At("", "cluster has no nodes: give `nodes` and/or "
-                         "`node_groups`");
+    return errors.At("",
+                     "cluster has no nodes: give `nodes` and/or "
+                     "`node_groups`");
   }
   if (total_nodes > kMaxClusterNodes) {
     return errors.At("", absl::StrCat("at most ", kMaxClusterNodes,
@@ -119,10 +191,15 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
       return s;
     }
     n.num_gpus = m.gpus();
-    absl::StatusOr<double> nic = NicOr(m.has_nic_gbps(), m.nic_gbps(),
-                                       *default_nic, errors, field + ".nic_gbps");
+    absl::StatusOr<double> nic =
+        NicOr(m.has_nic_gbps(), m.nic_gbps(), *default_nic, errors,
+              field + ".nic_gbps");
     if (!nic.ok()) return nic.status();
     n.nic_gbps = *nic;
+    absl::StatusOr<NodeTopology> topology =
+        TopologyOf(m.topology(), n.num_gpus, errors, field + ".topology");
+    if (!topology.ok()) return topology.status();
+    n.topology = *std::move(topology);
     auto [it, inserted] = origin_by_name.emplace(
         n.name, JoinFieldPath(prefix_path, field + ".name"));
     if (!inserted) {
@@ -146,14 +223,18 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
         !s.ok()) {
       return s;
     }
-    absl::StatusOr<double> nic = NicOr(m.has_nic_gbps(), m.nic_gbps(),
-                                       *default_nic, errors, field + ".nic_gbps");
+    absl::StatusOr<double> nic =
+        NicOr(m.has_nic_gbps(), m.nic_gbps(), *default_nic, errors,
+              field + ".nic_gbps");
     if (!nic.ok()) return nic.status();
     ARACHNE_IO_RETURN_IF_ERROR(
         CheckName(m.name_prefix(), errors, field + ".name_prefix"));
     const std::string prefix =
         m.name_prefix().empty() ? absl::AsciiStrToLower(catalog.type(*type).id)
                                 : m.name_prefix();
+    absl::StatusOr<NodeTopology> topology = TopologyOf(
+        m.topology(), m.gpus_per_node(), errors, field + ".topology");
+    if (!topology.ok()) return topology.status();
     int& next = next_index_by_prefix[prefix];
     for (int k = 0; k < m.count(); ++k) {
       Node n;
@@ -161,6 +242,7 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
       n.gpu_type = *type;
       n.num_gpus = m.gpus_per_node();
       n.nic_gbps = *nic;
+      n.topology = *topology;
       auto [it, inserted] =
           origin_by_name.emplace(n.name, JoinFieldPath(prefix_path, field));
       if (!inserted) {
@@ -200,6 +282,23 @@ v1::Cluster ClusterToMessage(const Cluster& cluster,
     m->set_gpu(catalog.type(n.gpu_type).id);
     m->set_gpus(n.num_gpus);
     if (n.nic_gbps != common_nic) m->set_nic_gbps(n.nic_gbps);
+    if (!n.topology.empty()) {
+      v1::NodeTopology* t = m->mutable_topology();
+      const int g = static_cast<int>(n.topology.gpu_links.size());
+      for (int i = 0; i < g; ++i) {
+        std::vector<std::string> row;
+        for (int j = 0; j < g; ++j) {
+          const int links = n.topology.gpu_links[i][j];
+          row.push_back(i == j      ? "X"
+                        : links > 0 ? absl::StrCat("NV", links)
+                                    : "SYS");
+        }
+        t->add_gpu_links(absl::StrJoin(row, " "));
+      }
+      if (n.topology.nvlink_gbps > 0)
+        t->set_nvlink_gbps(n.topology.nvlink_gbps);
+      if (n.topology.pcie_gbps > 0) t->set_pcie_gbps(n.topology.pcie_gbps);
+    }
   }
   return message;
 }

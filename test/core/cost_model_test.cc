@@ -66,6 +66,54 @@ TEST_F(CostModelTest, OneStage) {
   EXPECT_TRUE(ValidatePlan(plan, cm).ok());
 }
 
+TEST_F(CostModelTest, NodeTopologyPricesTpCollectivesAtTheSlowestGroup) {
+  // One TP 2 stage of 4 layers on a 4-GPU FAST node (catalog 100 GB/s):
+  // 8 micro-batches x 4 layers x 0.5 ms of TP collectives through a switch.
+  Plan plan = testing::OneReplicaPlan({MakeStage(kFast, 2, 0, 4)},
+                                      {{0, {0, 1}}});
+  auto tp_comm_on = [&](const Cluster& cluster) {
+    absl::StatusOr<Prediction> p = Build(cluster).Predict(plan);
+    CHECK(p.ok()) << p.status();
+    return p->breakdown.tp_comm_s;
+  };
+  const Cluster switched = MakeCluster(catalog_, {{kFast, 4}});
+  EXPECT_NEAR(tp_comm_on(switched), 8 * 4 * 0.5 * kMs, 1e-12);
+
+  // Pairs (0,1) on 1 link and (2,3) on 2, 25 GB/s each: the slowest pair
+  // moves at 25 GB/s, a quarter of the switch, so 4x the time.
+  std::vector<Node> nodes = switched.nodes();
+  nodes[0].topology.gpu_links = {
+      {0, 1, 0, 1}, {1, 0, 1, 0}, {0, 1, 0, 2}, {1, 0, 2, 0}};
+  nodes[0].topology.nvlink_gbps = 25;
+  absl::StatusOr<Cluster> meshed = Cluster::Create(nodes, catalog_);
+  ASSERT_TRUE(meshed.ok()) << meshed.status();
+  EXPECT_NEAR(tp_comm_on(*meshed), 4 * 8 * 4 * 0.5 * kMs, 1e-12);
+
+  // A second, switched node of the same type does not hide the slow one.
+  nodes.push_back(switched.node(0));
+  nodes.back().name = "n1";
+  absl::StatusOr<Cluster> mixed = Cluster::Create(nodes, catalog_);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_NEAR(tp_comm_on(*mixed), 4 * 8 * 4 * 0.5 * kMs, 1e-12);
+
+  // Links faster than the catalog's speed the collectives up: 3 links a
+  // GPU at 50 GB/s = 150 GB/s against 100.
+  nodes.pop_back();
+  nodes[0].topology.gpu_links = {
+      {0, 3, 1, 1}, {3, 0, 1, 1}, {1, 1, 0, 3}, {1, 1, 3, 0}};
+  nodes[0].topology.nvlink_gbps = 50;
+  absl::StatusOr<Cluster> fast_pairs = Cluster::Create(nodes, catalog_);
+  ASSERT_TRUE(fast_pairs.ok()) << fast_pairs.status();
+  EXPECT_NEAR(tp_comm_on(*fast_pairs), 100.0 / 150 * 8 * 4 * 0.5 * kMs,
+              1e-12);
+
+  // Cluster::Create checks a programmatic topology as a file's.
+  nodes[0].topology.gpu_links[0][1] = 2;
+  EXPECT_EQ(Cluster::Create(nodes, catalog_).status().message(),
+            "nodes[0].topology.gpu_links[0][1]: links are symmetric, but GPU "
+            "0 -> 1 has 2 and 1 -> 0 has 3 (node \"n0\")");
+}
+
 TEST_F(CostModelTest, TwoStagesUnequalSpeedAndBubble) {
   Cluster cluster = MakeCluster(catalog_, {{kFast, 1}, {kSlow, 1}});
   CostModel cm = Build(cluster);

@@ -1,6 +1,7 @@
 #include "planner_service/io/cluster_io.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
@@ -158,7 +159,7 @@ TEST_F(ClusterIoTest, WrongTypesAndUnknownFields) {
       "cluster.yaml: nodes[0].gpus: must be an integer, got \"four\"");
   EXPECT_EQ(ErrorOf("nodes: [{name: n, gpu_typ: H100, gpus: 4}]\n"),
             "cluster.yaml: nodes[0]: unknown field \"gpu_typ\" (allowed: name, "
-            "gpu, gpus, nic_gbps)");
+            "gpu, gpus, nic_gbps, topology)");
   EXPECT_EQ(ErrorOf("nodes: [{name: n, gpus: 4}]\n"),
             "cluster.yaml: nodes[0]: missing required field \"gpu\"");
   EXPECT_THAT(ErrorOf("node: []\n"),
@@ -234,6 +235,119 @@ node_groups:
     EXPECT_EQ(again->node(i).num_gpus, c->node(i).num_gpus);
     EXPECT_DOUBLE_EQ(again->node(i).nic_gbps, c->node(i).nic_gbps);
   }
+}
+
+// DLPerf's V100 nodes (Oneflow-Inc/DLPerf Megatron-LM/README.md @01e43de4,
+// `nvidia-smi topo -m`): the DGX-1 hybrid cube-mesh.
+constexpr char kDgx1Group[] = R"(
+node_groups:
+  - gpu: V100-16GB
+    gpus_per_node: 8
+    count: 2
+    topology:
+      nvlink_gbps: 25
+      gpu_links:
+        - "X   NV1 NV1 NV2 NV2 SYS SYS SYS"
+        - "NV1 X   NV2 NV1 SYS NV2 SYS SYS"
+        - "NV1 NV2 X   NV2 SYS SYS NV1 SYS"
+        - "NV2 NV1 NV2 X   SYS SYS SYS NV1"
+        - "NV2 SYS SYS SYS X   NV1 NV1 NV2"
+        - "SYS NV2 SYS SYS NV1 X   NV2 NV1"
+        - "SYS SYS NV1 SYS NV1 NV2 X   NV2"
+        - "SYS SYS SYS NV1 NV2 NV1 NV2 X"
+)";
+
+TEST_F(ClusterIoTest, TopologyRowsBecomeLinkCountsAndGroupBandwidths) {
+  absl::StatusOr<Cluster> c = Parse(kDgx1Group);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->num_nodes(), 2);
+  const NodeTopology& t = c->node(1).topology;
+  ASSERT_EQ(t.gpu_links.size(), 8u);
+  EXPECT_EQ(t.gpu_links[0], (std::vector<int>{0, 1, 1, 2, 2, 0, 0, 0}));
+  EXPECT_EQ(t.gpu_links[7], (std::vector<int>{0, 0, 0, 1, 2, 1, 2, 0}));
+  EXPECT_DOUBLE_EQ(t.nvlink_gbps, 25);
+  // Megatron's TP pairs: (0,1) and (4,5) share one NVLink, (2,3) and (6,7)
+  // two; the quads 0-3 and 4-7 give their slowest GPU 1+1+2 = 4 links;
+  // the whole node every GPU's 6.
+  EXPECT_DOUBLE_EQ(t.GroupGbps(0, 2), 25);
+  EXPECT_DOUBLE_EQ(t.GroupGbps(2, 2), 50);
+  EXPECT_DOUBLE_EQ(t.GroupGbps(0, 4), 100);
+  EXPECT_DOUBLE_EQ(t.GroupGbps(4, 4), 100);
+  EXPECT_DOUBLE_EQ(t.GroupGbps(0, 8), 150);
+  const int v100 = TypeOf("V100-16GB");
+  EXPECT_DOUBLE_EQ(c->SlowestTpGroupGbps(v100, 2, 150), 25);
+  EXPECT_DOUBLE_EQ(c->SlowestTpGroupGbps(v100, 4, 150), 100);
+  EXPECT_DOUBLE_EQ(c->SlowestTpGroupGbps(v100, 8, 150), 150);
+  EXPECT_DOUBLE_EQ(c->SlowestTpGroupGbps(v100, 16, 150), 150);  // no node
+  EXPECT_DOUBLE_EQ(c->SlowestTpGroupGbps(v100, 1, 150), 150);
+
+  // The explicit-node form keeps the topology.
+  absl::StatusOr<Cluster> again =
+      ParseCluster(ClusterToJson(*c, catalog_).dump(), "again.json", catalog_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->node(0).topology.gpu_links, t.gpu_links);
+  EXPECT_DOUBLE_EQ(again->node(0).topology.nvlink_gbps, 25);
+  EXPECT_DOUBLE_EQ(again->node(0).topology.pcie_gbps, 0);
+}
+
+TEST_F(ClusterIoTest, BridgedPairsNeedThePcieBandwidthOfTheirQuad) {
+  // Four PCIe cards, NVLink bridges on (0,1) and (2,3): a TP 4 group
+  // crosses PCIe.
+  const std::string bridged = R"(
+nodes:
+  - name: ws
+    gpu: A6000
+    gpus: 4
+    topology:
+      nvlink_gbps: 14.0625
+      gpu_links: ["X NV4 SYS SYS", "NV4 X SYS SYS", "SYS SYS X NV4", "SYS SYS NV4 X"]
+)";
+  EXPECT_EQ(ErrorOf(bridged),
+            "cluster.yaml: nodes[0].topology: pcie_gbps: NVLink does not "
+            "join GPUs 0-3, so a group of 4 there goes through PCIe: give its "
+            "GB/s per direction");
+  absl::StatusOr<Cluster> c = Parse(bridged + "      pcie_gbps: 24\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->node(0).topology.GroupGbps(0, 2), 4 * 14.0625);
+  EXPECT_DOUBLE_EQ(c->node(0).topology.GroupGbps(0, 4), 24);
+}
+
+TEST_F(ClusterIoTest, TopologyErrorsNameTheRowAndEntry) {
+  auto with_rows = [](const std::string& rows, const std::string& extra) {
+    return "nodes:\n  - {name: n, gpu: V100-16GB, gpus: 2, topology: "
+           "{gpu_links: [" + rows + "]" + extra + "}}\n";
+  };
+  EXPECT_EQ(ErrorOf(with_rows(R"("X NV2", "NV2 X")", "")),
+            "cluster.yaml: nodes[0].topology: nvlink_gbps: the GB/s of one "
+            "NVLink per direction must be a finite number > 0 when NVLinks are "
+            "given (25 for NVLink 2-4), got 0");
+  EXPECT_EQ(ErrorOf(with_rows(R"("X NV2", "NV1 X")", ", nvlink_gbps: 25")),
+            "cluster.yaml: nodes[0].topology: gpu_links[0][1]: links are "
+            "symmetric, but GPU 0 -> 1 has 2 and 1 -> 0 has 1");
+  EXPECT_EQ(ErrorOf(with_rows(R"("X NV2", "NV2")", ", nvlink_gbps: 25")),
+            "cluster.yaml: nodes[0].topology: gpu_links[1]: one entry per GPU "
+            "of the node (2), got 1");
+  EXPECT_EQ(ErrorOf(with_rows(R"("X NV2")", ", nvlink_gbps: 25")),
+            "cluster.yaml: nodes[0].topology: gpu_links: one row per GPU of "
+            "the node (2), got 1");
+  EXPECT_EQ(ErrorOf(with_rows(R"("X NVL", "NV2 X")", ", nvlink_gbps: 25")),
+            "cluster.yaml: nodes[0].topology.gpu_links[0]: entry 1 is \"NVL\"; "
+            "expected X, NV<k> or one of SYS, NODE, PHB, PXB, PIX (nvidia-smi "
+            "topo -m)");
+  EXPECT_EQ(ErrorOf(with_rows(R"("NV2 X", "X NV2")", ", nvlink_gbps: 25")),
+            "cluster.yaml: nodes[0].topology.gpu_links[0]: entry 0 is the GPU "
+            "itself: \"X\", got \"NV2\"");
+  EXPECT_EQ(ErrorOf(with_rows(R"("X NV19", "NV19 X")", ", nvlink_gbps: 25")),
+            "cluster.yaml: nodes[0].topology: gpu_links[0][1]: NVLinks between "
+            "two GPUs must be in 0..18, got 19");
+  EXPECT_EQ(ErrorOf("nodes:\n  - {name: n, gpu: V100-16GB, gpus: 2, "
+                    "topology: {nvlink_gbps: 25}}\n"),
+            "cluster.yaml: nodes[0].topology.gpu_links: nvlink_gbps / "
+            "pcie_gbps need the rows they apply to");
+  EXPECT_EQ(ErrorOf(with_rows(R"("X NV2", "NV2 X")",
+                              ", nvlink_gbps: 25, pcie_gbps: -1")),
+            "cluster.yaml: nodes[0].topology.pcie_gbps: must be a number > 0, "
+            "got -1");
 }
 
 TEST_F(ClusterIoTest, LoadClusterFileNamesMissingPath) {

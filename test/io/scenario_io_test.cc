@@ -183,7 +183,7 @@ TEST(ScenarioIoTest, CompositionErrorsNameTheCompositionAndClusterField) {
                             "gpus_per_node: 4, count: 1}]}\n")),
             "s.yaml: compositions[0].cluster: node_groups[0]: unknown field "
             "\"gpu_typ\" (allowed: gpu, gpus_per_node, count, name_prefix, "
-            "nic_gbps)");
+            "nic_gbps, topology)");
   EXPECT_THAT(ErrorOf(Minimal("kind: compare\n",
                               "  - label: a\n    gpus: 4\n"
                               "    cluster: {nodes: [{name: n0, gpu: H300, "
