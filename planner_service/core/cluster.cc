@@ -158,8 +158,7 @@ absl::StatusOr<Cluster> Cluster::Create(std::vector<Node> nodes,
       return absl::InvalidArgumentError(absl::StrCat(
           where, ".topology.", s.message(), " (node \"", n.name, "\")"));
     }
-    if (c.gpus_by_type_[n.gpu_type] == 0)
-      c.types_present_.push_back(n.gpu_type);
+    if (c.gpus_by_type_[n.gpu_type] == 0) c.types_present_.push_back(n.gpu_type);
     c.gpus_by_type_[n.gpu_type] += n.num_gpus;
     c.max_node_by_type_[n.gpu_type] =
         std::max(c.max_node_by_type_[n.gpu_type], n.num_gpus);
@@ -170,8 +169,9 @@ absl::StatusOr<Cluster> Cluster::Create(std::vector<Node> nodes,
 }
 
 int Cluster::GpusOfType(int t) const {
-  return t >= 0 && t < static_cast<int>(gpus_by_type_.size()) ? gpus_by_type_[t]
-                                                              : 0;
+  return t >= 0 && t < static_cast<int>(gpus_by_type_.size())
+             ? gpus_by_type_[t]
+             : 0;
 }
 
 double Cluster::SlowestTpGroupGbps(int t, int tp, double switch_gbps) const {

@@ -88,30 +88,26 @@ absl::StatusOr<NodeTopology> TopologyOf(const v1::NodeTopology& m, int num_gpus,
         absl::StrSplit(m.gpu_links(i), ' ', absl::SkipWhitespace());
     for (int j = 0; j < static_cast<int>(tokens.size()); ++j) {
       const absl::string_view tok = tokens[j];
+      const std::string quoted = QuoteForMessage(std::string(tok));
       int links = 0;
-      if (tok == "X") {
-        if (j != i) {
+      if (j == i) {
+        if (tok != "X") {
           return errors.At(row_field,
-                           absl::StrCat("entry ", j,
-                                        " is \"X\" (the GPU "
-                                        "itself), which belongs at entry ",
-                                        i));
+                           absl::StrCat("entry ", i, " is the GPU itself: "
+                                        "\"X\", got ", quoted));
         }
-      } else if (absl::StartsWith(tok, "NV") &&
-                 absl::SimpleAtoi(tok.substr(2), &links) && links > 0) {
-        // NV<k>: k bonded NVLinks.
-      } else if (!IsNonNvLinkPath(tok)) {
+      } else if (tok == "X") {
+        return errors.At(row_field,
+                         absl::StrCat("entry ", j, " is \"X\" (the GPU "
+                                      "itself), which belongs at entry ", i));
+      } else if (!(absl::StartsWith(tok, "NV") &&
+                   absl::SimpleAtoi(tok.substr(2), &links) && links > 0) &&
+                 !IsNonNvLinkPath(tok)) {
         return errors.At(
             row_field,
-            absl::StrCat("entry ", j, " is ", QuoteForMessage(std::string(tok)),
+            absl::StrCat("entry ", j, " is ", quoted,
                          "; expected X, NV<k> or one of SYS, NODE, PHB, PXB, "
                          "PIX (nvidia-smi topo -m)"));
-      }
-      if (tok != "X" && j == i) {
-        return errors.At(
-            row_field,
-            absl::StrCat("entry ", i, " is the GPU itself: \"X\", got ",
-                         QuoteForMessage(std::string(tok))));
       }
       row.push_back(links);
     }
@@ -161,9 +157,8 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
     total_nodes += count;
   }
   if (total_nodes == 0) {
-    return errors.At("",
-                     "cluster has no nodes: give `nodes` and/or "
-                     "`node_groups`");
+    return errors.At("", "cluster has no nodes: give `nodes` and/or "
+                         "`node_groups`");
   }
   if (total_nodes > kMaxClusterNodes) {
     return errors.At("", absl::StrCat("at most ", kMaxClusterNodes,
@@ -191,9 +186,8 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
       return s;
     }
     n.num_gpus = m.gpus();
-    absl::StatusOr<double> nic =
-        NicOr(m.has_nic_gbps(), m.nic_gbps(), *default_nic, errors,
-              field + ".nic_gbps");
+    absl::StatusOr<double> nic = NicOr(m.has_nic_gbps(), m.nic_gbps(),
+                                       *default_nic, errors, field + ".nic_gbps");
     if (!nic.ok()) return nic.status();
     n.nic_gbps = *nic;
     absl::StatusOr<NodeTopology> topology =
@@ -223,9 +217,8 @@ absl::StatusOr<Cluster> ClusterFromMessage(const v1::Cluster& message,
         !s.ok()) {
       return s;
     }
-    absl::StatusOr<double> nic =
-        NicOr(m.has_nic_gbps(), m.nic_gbps(), *default_nic, errors,
-              field + ".nic_gbps");
+    absl::StatusOr<double> nic = NicOr(m.has_nic_gbps(), m.nic_gbps(),
+                                       *default_nic, errors, field + ".nic_gbps");
     if (!nic.ok()) return nic.status();
     ARACHNE_IO_RETURN_IF_ERROR(
         CheckName(m.name_prefix(), errors, field + ".name_prefix"));

@@ -317,37 +317,45 @@ TEST_F(ClusterIoTest, TopologyErrorsNameTheRowAndEntry) {
     return "nodes:\n  - {name: n, gpu: V100-16GB, gpus: 2, topology: "
            "{gpu_links: [" + rows + "]" + extra + "}}\n";
   };
-  EXPECT_EQ(ErrorOf(with_rows(R"("X NV2", "NV2 X")", "")),
-            "cluster.yaml: nodes[0].topology: nvlink_gbps: the GB/s of one "
-            "NVLink per direction must be a finite number > 0 when NVLinks are "
-            "given (25 for NVLink 2-4), got 0");
-  EXPECT_EQ(ErrorOf(with_rows(R"("X NV2", "NV1 X")", ", nvlink_gbps: 25")),
-            "cluster.yaml: nodes[0].topology: gpu_links[0][1]: links are "
-            "symmetric, but GPU 0 -> 1 has 2 and 1 -> 0 has 1");
-  EXPECT_EQ(ErrorOf(with_rows(R"("X NV2", "NV2")", ", nvlink_gbps: 25")),
-            "cluster.yaml: nodes[0].topology: gpu_links[1]: one entry per GPU "
-            "of the node (2), got 1");
-  EXPECT_EQ(ErrorOf(with_rows(R"("X NV2")", ", nvlink_gbps: 25")),
-            "cluster.yaml: nodes[0].topology: gpu_links: one row per GPU of "
-            "the node (2), got 1");
-  EXPECT_EQ(ErrorOf(with_rows(R"("X NVL", "NV2 X")", ", nvlink_gbps: 25")),
-            "cluster.yaml: nodes[0].topology.gpu_links[0]: entry 1 is \"NVL\"; "
-            "expected X, NV<k> or one of SYS, NODE, PHB, PXB, PIX (nvidia-smi "
-            "topo -m)");
-  EXPECT_EQ(ErrorOf(with_rows(R"("NV2 X", "X NV2")", ", nvlink_gbps: 25")),
-            "cluster.yaml: nodes[0].topology.gpu_links[0]: entry 0 is the GPU "
-            "itself: \"X\", got \"NV2\"");
-  EXPECT_EQ(ErrorOf(with_rows(R"("X NV19", "NV19 X")", ", nvlink_gbps: 25")),
-            "cluster.yaml: nodes[0].topology: gpu_links[0][1]: NVLinks between "
-            "two GPUs must be in 0..18, got 19");
+  const struct {
+    const char* rows;
+    const char* extra;
+    const char* error;
+  } kCases[] = {
+      {R"("X NV2", "NV2 X")", "",
+       "cluster.yaml: nodes[0].topology: nvlink_gbps: the GB/s of one NVLink "
+       "per direction must be a finite number > 0 when NVLinks are given (25 "
+       "for NVLink 2-4), got 0"},
+      {R"("X NV2", "NV1 X")", ", nvlink_gbps: 25",
+       "cluster.yaml: nodes[0].topology: gpu_links[0][1]: links are "
+       "symmetric, but GPU 0 -> 1 has 2 and 1 -> 0 has 1"},
+      {R"("X NV2", "NV2")", ", nvlink_gbps: 25",
+       "cluster.yaml: nodes[0].topology: gpu_links[1]: one entry per GPU of "
+       "the node (2), got 1"},
+      {R"("X NV2")", ", nvlink_gbps: 25",
+       "cluster.yaml: nodes[0].topology: gpu_links: one row per GPU of the "
+       "node (2), got 1"},
+      {R"("X NVL", "NV2 X")", ", nvlink_gbps: 25",
+       "cluster.yaml: nodes[0].topology.gpu_links[0]: entry 1 is \"NVL\"; "
+       "expected X, NV<k> or one of SYS, NODE, PHB, PXB, PIX (nvidia-smi topo "
+       "-m)"},
+      {R"("NV2 X", "X NV2")", ", nvlink_gbps: 25",
+       "cluster.yaml: nodes[0].topology.gpu_links[0]: entry 0 is the GPU "
+       "itself: \"X\", got \"NV2\""},
+      {R"("X NV19", "NV19 X")", ", nvlink_gbps: 25",
+       "cluster.yaml: nodes[0].topology: gpu_links[0][1]: NVLinks between two "
+       "GPUs must be in 0..18, got 19"},
+      {R"("X NV2", "NV2 X")", ", nvlink_gbps: 25, pcie_gbps: -1",
+       "cluster.yaml: nodes[0].topology.pcie_gbps: must be a number > 0, got "
+       "-1"},
+  };
+  for (const auto& c : kCases) {
+    EXPECT_EQ(ErrorOf(with_rows(c.rows, c.extra)), c.error) << c.rows;
+  }
   EXPECT_EQ(ErrorOf("nodes:\n  - {name: n, gpu: V100-16GB, gpus: 2, "
                     "topology: {nvlink_gbps: 25}}\n"),
             "cluster.yaml: nodes[0].topology.gpu_links: nvlink_gbps / "
             "pcie_gbps need the rows they apply to");
-  EXPECT_EQ(ErrorOf(with_rows(R"("X NV2", "NV2 X")",
-                              ", nvlink_gbps: 25, pcie_gbps: -1")),
-            "cluster.yaml: nodes[0].topology.pcie_gbps: must be a number > 0, "
-            "got -1");
 }
 
 TEST_F(ClusterIoTest, LoadClusterFileNamesMissingPath) {
