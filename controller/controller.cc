@@ -1100,18 +1100,20 @@ void JobController::Replan(const std::string& trigger) {
           absl::StrCat("the drain deadline of node ", m.spec.node);
     }
   }
+  // Drained nodes the new plan does not use are let go when it commits.
+  std::set<std::string> release;
+  const std::set<std::string> now_used = NodesUsed(*plan, *cluster);
+  for (const Member& m : switch_members) {
+    if (m.draining && now_used.count(m.spec.node) == 0) {
+      release.insert(m.spec.node);
+    }
+  }
   SwitchOutcome out = RunSwitch(target, answer->new_plan.plan,
-                                ClusterToJson(*cluster, catalog_).dump());
+                                ClusterToJson(*cluster, catalog_).dump(),
+                                release);
   if (out.committed) {
     absl::MutexLock lock(&mu_);
     cost_model_.Record(out.timings.downtime_s, in.migration_estimate_s);
-    // Drained nodes the new plan does not use are let go.
-    const std::set<std::string> now_used = NodesUsed(*plan, *cluster);
-    for (const Member& m : switch_members) {
-      if (m.draining && now_used.count(m.spec.node) == 0) {
-        membership_.Remove(m.spec.node);
-      }
-    }
   } else {
     absl::MutexLock lock(&mu_);
     retry_at_ = clock_->Now() + config_.retry_after_failure;
@@ -1139,9 +1141,10 @@ absl::StatusOr<double> JobController::MigrationMakespan(
   return migration::BuildSchedule(*diff, world).makespan_s;
 }
 
-SwitchOutcome JobController::RunSwitch(SwitchTarget target,
-                                       const nlohmann::json& plan_json,
-                                       const std::string& cluster_json) {
+SwitchOutcome JobController::RunSwitch(
+    SwitchTarget target, const nlohmann::json& plan_json,
+    const std::string& cluster_json,
+    const std::set<std::string>& release_on_commit) {
   const int64_t n = target.generation;
   SwitchInProgress progress;
   progress.generation = n;
@@ -1196,8 +1199,7 @@ SwitchOutcome JobController::RunSwitch(SwitchTarget target,
     // The new plan's iterations count from where the old one paused; a
     // first plan from 0, or, restored from a checkpoint, from the first
     // iteration its ranks report. Recorded before the phase reads
-    // "running": the caller's follow-up (releasing drained nodes) comes
-    // right after that, as it did before there was a record to write.
+    // "running".
     const int64_t first_iteration =
         target.old_plan.has_value() ? out.timings.paused_at_iteration
         : target.checkpoint_dir.empty() ? 0
@@ -1210,6 +1212,7 @@ SwitchOutcome JobController::RunSwitch(SwitchTarget target,
     plan_json_ = plan_json;
     phase_ = "running";
     last_switch_ = timings;
+    for (const std::string& node : release_on_commit) membership_.Remove(node);
     if (!out.status.ok()) error_ = std::string(out.status.message());
   } else {
     (void)store_->ClearSwitch();

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -143,9 +144,13 @@ class JobController {
       const Plan& current_plan, const Cluster& current_cluster,
       const nlohmann::json& new_plan_json,
       const std::vector<Member>& members) const;
-  // Runs `target`; on commit makes it current. Returns the outcome.
+  // Runs `target`; on commit makes it current and removes the members
+  // named in `release_on_commit` in the same step, so no status read sees
+  // the new generation running with a drained node still a member.
+  // Returns the outcome.
   SwitchOutcome RunSwitch(SwitchTarget target, const nlohmann::json& plan_json,
-                          const std::string& cluster_json);
+                          const std::string& cluster_json,
+                          const std::set<std::string>& release_on_commit = {});
   void RecordDecision(const Decision& d, int64_t generation);
 
   // ---- measured iteration times and corrected predictions ----
