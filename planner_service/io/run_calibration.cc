@@ -172,6 +172,7 @@ class RunPricer {
 
   const Plan& plan() const { return plan_; }
   const GpuCatalog& catalog() const { return ctx_->catalog(); }
+  const std::string& label() const { return run_->label; }
 
  private:
   RunPricer() = default;
@@ -564,13 +565,110 @@ absl::Status Refuse(const std::string& param, const std::string& why) {
   return absl::FailedPreconditionError(absl::StrCat(param, ": ", why));
 }
 
+// `f` without its run `i`.
+Objective Without(const Objective& f, size_t i) {
+  Objective sub = f;
+  sub.pricers.erase(sub.pricers.begin() + static_cast<std::ptrdiff_t>(i));
+  sub.measured.erase(sub.measured.begin() + static_cast<std::ptrdiff_t>(i));
+  return sub;
+}
+
+struct LeaveOneOut {
+  double rms = 0;           // of log(predicted / measured), each run
+                            // predicted by the fit on the others
+  int undetermined_without = -1;  // a run without which the last parameter
+                                  // is not determined (index in f), or -1
+  std::string why;                // and why
+};
+
+// Predicts each run of `f` from `params` fitted (from `x0`) on the other
+// runs. Stops at the first run without which the last of `params` is not
+// determined (when `check_last`).
+absl::StatusOr<LeaveOneOut> LeaveOneOutError(const Objective& f,
+                                             const std::vector<Param>& params,
+                                             const std::vector<double>& x0,
+                                             bool check_last, bool memory) {
+  LeaveOneOut out;
+  double sum = 0;
+  for (size_t i = 0; i < f.pricers.size(); ++i) {
+    const Objective sub = Without(f, i);
+    if (check_last) {
+      absl::StatusOr<std::vector<std::vector<double>>> cols =
+          LogColumns(sub, params, x0);
+      if (!cols.ok()) return cols.status();
+      std::optional<Confusion> c = FindUndetermined(*cols);
+      if (c && c->param == static_cast<int>(params.size()) - 1) {
+        out.undetermined_without = static_cast<int>(i);
+        out.why = ConfusionReason(*c, params, memory);
+        return out;
+      }
+    }
+    std::vector<double> x = x0;
+    if (!params.empty()) {
+      absl::StatusOr<std::vector<double>> fit = Minimise(sub, params, x0);
+      if (!fit.ok()) return fit.status();
+      x = *std::move(fit);
+    }
+    absl::StatusOr<std::vector<double>> r = f.Residuals(params, x);
+    if (!r.ok()) return r.status();
+    sum += (*r)[i] * (*r)[i];
+  }
+  out.rms = std::sqrt(sum / static_cast<double>(f.pricers.size()));
+  return out;
+}
+
+// Why an optional parameter the runs determine should still be left out,
+// or "" to keep it: fitted on no more runs than parameters it passes
+// through every run, so nothing checks it; and it must predict each fitted
+// run from the others better than the fit without it does (leave-one-out
+// cross-validation). Two runs and a compute scale fit a fixed cost per
+// micro-batch exactly, whatever the error they share.
+absl::StatusOr<std::string> OptionalParameterDoubt(
+    const Objective& f, const std::vector<Param>& without,
+    const std::vector<double>& x_without, const std::vector<Param>& with,
+    const std::vector<double>& x_with, bool memory) {
+  const int runs = static_cast<int>(f.pricers.size());
+  const std::string names = absl::StrJoin(
+      with, ", ", [](std::string* out, const Param& p) { out->append(p.Name()); });
+  if (static_cast<int>(with.size()) >= runs) {
+    return absl::StrCat(
+        runs, " fitted run", runs == 1 ? "" : "s",
+        memory ? " with a measured peak" : "", " for ", with.size(),
+        " parameters (", names,
+        "): the fit would pass through every run with none left to check "
+        "it; fit on one run more, or name it in --fit");
+  }
+  absl::StatusOr<LeaveOneOut> a =
+      LeaveOneOutError(f, with, x_with, /*check_last=*/true, memory);
+  if (!a.ok()) return a.status();
+  if (a->undetermined_without >= 0) {
+    return absl::StrCat("without fitted run ",
+                        QuoteForMessage(f.pricers[a->undetermined_without]->label()),
+                        " the others do not determine it (", a->why,
+                        "), so one run alone sets it");
+  }
+  absl::StatusOr<LeaveOneOut> b =
+      LeaveOneOutError(f, without, x_without, /*check_last=*/false, memory);
+  if (!b.ok()) return b.status();
+  if (a->rms >= b->rms) {
+    return absl::StrFormat(
+        "predicting each fitted run from the others (leave-one-out), it "
+        "raises the rms log error of %s from %.4f to %.4f: the runs do not "
+        "support it",
+        memory ? "peak memory" : "time", b->rms, a->rms);
+  }
+  return std::string();
+}
+
 // Fits `candidates` (required ones first, then optional ones in order) to
 // objective `f`. A required parameter the runs do not determine refuses
-// the fit; an optional one is left out, noted in `report`.
+// the fit; an optional one is left out, noted in `report`, as is one
+// marked `validate` that the runs determine but do not support
+// (OptionalParameterDoubt).
 absl::StatusOr<std::vector<double>> FitGroup(
     const Objective& f, std::vector<Param> candidates,
-    const std::vector<bool>& required, const std::vector<double>& start,
-    bool memory, std::vector<Param>* fitted,
+    const std::vector<bool>& required, const std::vector<bool>& validate,
+    const std::vector<double>& start, bool memory, std::vector<Param>* fitted,
     std::vector<FittedParameter>* report) {
   const int runs = static_cast<int>(f.pricers.size());
   std::vector<double> x0;
@@ -604,6 +702,12 @@ absl::StatusOr<std::vector<double>> FitGroup(
                              " undetermined: ", why);
         }
       }
+    }
+    if (why.empty() && !required[k] && validate[k]) {
+      absl::StatusOr<std::string> doubt =
+          OptionalParameterDoubt(f, *fitted, x0, trial, xt, memory);
+      if (!doubt.ok()) return doubt.status();
+      why = *std::move(doubt);
     }
     if (!why.empty()) {
       if (required[k]) return Refuse(q.Name(), why);
@@ -771,12 +875,17 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   std::vector<FittedParameter> notes;  // parameters left out, and why
   std::vector<Param> cand;
   std::vector<bool> req;
+  // Whether an optional candidate must also pass OptionalParameterDoubt:
+  // all but the memory's first term, the additive reserve (one run with a
+  // peak sets it, as one run sets a compute scale).
+  std::vector<bool> validate;
   std::vector<double> start;
   for (const ScaleKind& k : kScaleKinds) {
     if (!asked.contains(k.name) && (k.only_when_named || !automatic)) continue;
     for (const std::string& gpu : TypesUsed(time.pricers)) {
       cand.push_back(ScaleParam(k, gpu));
       req.push_back(true);
+      validate.push_back(true);
       start.push_back(0);
     }
   }
@@ -807,6 +916,7 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
     } else {
       cand.push_back(MicroBatchFixedParam());
       req.push_back(req_it);
+      validate.push_back(true);
       start.push_back(1e3 * mean_of([](const FrameworkConfig& f) {
                         return f.micro_batch_fixed_s;
                       }));
@@ -818,13 +928,14 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   if (asked.contains(kFitIterationFixed)) {
     cand.push_back(IterationFixedParam());
     req.push_back(true);
+    validate.push_back(true);
     start.push_back(1e3 * mean_of([](const FrameworkConfig& f) {
                       return f.iteration_fixed_s;
                     }));
   }
   std::vector<Param> time_params;
   absl::StatusOr<std::vector<double>> xt =
-      FitGroup(time, cand, req, start, false, &time_params, &notes);
+      FitGroup(time, cand, req, validate, start, false, &time_params, &notes);
   if (!xt.ok()) return xt.status();
   RunCorrections corrections = CorrectionsOf(time_params, *xt);
   // A fixed cost the automatic fit chose that makes up most of a run's
@@ -863,17 +974,19 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   }
 
   // --- Memory ---
-  cand.clear(), req.clear(), start.clear();
+  cand.clear(), req.clear(), validate.clear(), start.clear();
   const bool mem_auto = automatic;
   if (mem_auto || asked.contains(kFitContextReserve)) {
     cand.push_back(ContextReserveParam());
     req.push_back(asked.contains(kFitContextReserve));
+    validate.push_back(false);
     start.push_back(mean_of(
         [](const FrameworkConfig& f) { return f.context_reserve_gib; }));
   }
   if (mem_auto || asked.contains(kFitFragmentation)) {
     cand.push_back(FragmentationParam());
     req.push_back(asked.contains(kFitFragmentation));
+    validate.push_back(true);
     start.push_back(
         mean_of([](const FrameworkConfig& f) { return f.fragmentation; }));
   }
@@ -887,7 +1000,8 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   } else if (!cand.empty()) {
     memory.fixed = corrections;
     absl::StatusOr<std::vector<double>> xm =
-        FitGroup(memory, cand, req, start, true, &mem_params, &notes);
+        FitGroup(memory, cand, req, validate, start, true, &mem_params,
+                 &notes);
     if (!xm.ok()) return xm.status();
     corrections = CorrectionsOf(mem_params, *xm, corrections);
     for (size_t k = 0; k < mem_params.size(); ++k) {

@@ -136,12 +136,16 @@ struct FitOptions {
   std::vector<std::string> fit_on;
   // What to fit, by the kFit* names ("compute_scale": one per GPU type the
   // fitted runs' stages use); empty: automatic — every compute scale, the
-  // fixed cost per micro-batch where the runs determine it, and the memory
-  // terms the runs with a measured peak determine (context_reserve_gib from
-  // one, + fragmentation from two of different size); a term the runs do
-  // not determine is left out with the reason (FitResult::parameters), as
-  // is a fixed cost per micro-batch that, fitted, makes up more than half
-  // of a run's predicted time (a compute error absorbed). The fixed cost
+  // fixed cost per micro-batch where the runs determine and support it,
+  // and the memory terms the runs with a measured peak determine
+  // (context_reserve_gib from one, + fragmentation where supported); a
+  // term the runs do not determine is left out with the reason
+  // (FitResult::parameters), as is a second term of either kind (fixed
+  // cost, fragmentation) fitted on no more runs than parameters or that
+  // raises the leave-one-out error (each fitted run predicted from the fit
+  // on the others), and a fixed cost per micro-batch that, fitted, makes
+  // up more than half of a run's predicted time (a compute error
+  // absorbed). The fixed cost
   // per iteration is fitted only when named: it absorbs any error that
   // grows less than linearly with the compute. So is the attention scale
   // ("attention_scale": one per GPU type, after the compute scales): it

@@ -99,8 +99,8 @@ TEST(CalibrateCliTest, FitsTheRunsFileAndWritesTheCalibration) {
   EXPECT_THAT(r.out, HasSubstr("run       set       measured s  before s    "
                                "after s     err before  err after   meas GiB"));
   // The measured figures of the file, in the rows of their runs.
-  EXPECT_THAT(r.out, HasSubstr("pp2 mbs4  fitted    11.640 "));
-  EXPECT_THAT(r.out, HasSubstr("pp4 mbs2  fitted    13.280 "));
+  EXPECT_THAT(r.out, HasSubstr("pp2 mbs4  fitted    11.950 "));
+  EXPECT_THAT(r.out, HasSubstr("pp4 mbs2  fitted    13.530 "));
   EXPECT_THAT(r.out, HasSubstr("\nfitted:\n  compute_scale[A100-80GB] = "));
   // The fit lowers the error of the runs it is fitted on.
   const size_t rms = r.out.find("fitted runs: rms log error of time ");

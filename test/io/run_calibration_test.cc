@@ -261,6 +261,68 @@ TEST_F(RunCalibrationTest, RecoversComputeScaleAndFixedCost) {
   EXPECT_FALSE(r->corrections.context_reserve_gib.has_value());
 }
 
+// Fitted on as many runs as parameters, a fixed cost passes through every
+// run whatever error they share: the automatic fit leaves it out (named, it
+// is fitted).
+TEST_F(RunCalibrationTest, AutomaticFitNeedsARunMoreThanParameters) {
+  std::vector<MeasuredRun> runs = {
+      MakeRun("pp2 mbs4", "A100-80GB", 2, 1, 2, 4, 4),
+      MakeRun("pp2 mbs1", "A100-80GB", 2, 1, 2, 4, 1),
+  };
+  RunCorrections truth;
+  truth.compute_scale["A100-80GB"] = 1.3;
+  truth.micro_batch_fixed_s = 0.002;
+  Measure(runs, truth, false);
+  absl::StatusOr<FitResult> r = FitCorrections(runs, FitOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->corrections.micro_batch_fixed_s.has_value());
+  ASSERT_EQ(r->parameters.size(), 4u);  // + context reserve, fragmentation
+  EXPECT_EQ(r->parameters[1].name, "micro_batch_fixed_ms");
+  EXPECT_FALSE(r->parameters[1].fitted);
+  EXPECT_EQ(r->parameters[1].reason,
+            "2 fitted runs for 2 parameters (compute_scale[A100-80GB], "
+            "micro_batch_fixed_ms): the fit would pass through every run "
+            "with none left to check it; fit on one run more, or name it in "
+            "--fit");
+  FitOptions o;
+  o.parameters = {"compute_scale", "micro_batch_fixed_ms"};
+  r = FitCorrections(runs, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(*r->corrections.micro_batch_fixed_s * 1e3, 2.0, 1e-3);
+}
+
+// A fixed cost the runs determine but that predicts each run from the
+// others worse than the compute scale alone does is left out.
+TEST_F(RunCalibrationTest, AutomaticFitLeavesOutWhatLeaveOneOutRejects) {
+  std::vector<MeasuredRun> runs = {
+      MakeRun("pp2 mbs4", "A100-80GB", 2, 1, 2, 4, 4),
+      MakeRun("pp2 mbs2", "A100-80GB", 2, 1, 2, 4, 2),
+      MakeRun("pp2 mbs1", "A100-80GB", 2, 1, 2, 4, 1),
+  };
+  RunCorrections truth;
+  truth.compute_scale["A100-80GB"] = 1.3;
+  Measure(runs, truth, false);
+  // An error no parameter models, on the middle run only: a fixed cost
+  // bends through it, and then misses the two others.
+  runs[1].measured_iteration_s *= 1.10;
+  absl::StatusOr<FitResult> r = FitCorrections(runs, FitOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->corrections.micro_batch_fixed_s.has_value());
+  EXPECT_EQ(r->parameters[1].name, "micro_batch_fixed_ms");
+  EXPECT_FALSE(r->parameters[1].fitted);
+  EXPECT_THAT(r->parameters[1].reason,
+              HasSubstr("predicting each fitted run from the others "
+                        "(leave-one-out), it raises the rms log error of "
+                        "time from "));
+  // Without the outlier the same three runs support it.
+  truth.micro_batch_fixed_s = 0.002;
+  Measure(runs, truth, false);
+  r = FitCorrections(runs, FitOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->corrections.micro_batch_fixed_s.has_value());
+  EXPECT_NEAR(*r->corrections.micro_batch_fixed_s * 1e3, 2.0, 1e-3);
+}
+
 TEST_F(RunCalibrationTest, RecoversTwoGpuTypesAndHoldsOutARun) {
   std::vector<MeasuredRun> runs = {
       MakeRun("a100 pp2", "A100-80GB", 2, 1, 2, 4, 2),
