@@ -991,10 +991,11 @@ void JobController::Replan(const std::string& trigger) {
   d.planning_s = planning_s;
   d.decision_s = absl::ToDoubleSeconds(absl::Now() - replan_start);
   if (d.verdict != Verdict::kSwitch) {
-    RecordDecision(d, 0);
     if (d.verdict == Verdict::kKeep) {
       // A drained node the kept plan does not use holds nothing of it: it
-      // is let go now, as a switch lets go of the nodes it moved off.
+      // is let go now, as a switch lets go of the nodes it moved off, and
+      // before the decision is recorded, so no reader sees the keep with
+      // the node still a member.
       bool released = false;
       for (const Member& m : draining) {
         if (used.count(m.spec.node) == 0 && membership_.Remove(m.spec.node)) {
@@ -1005,6 +1006,7 @@ void JobController::Replan(const std::string& trigger) {
       }
       if (released) (void)store_->SaveMembers(membership_.Members());
     }
+    RecordDecision(d, 0);
     if (d.verdict == Verdict::kCannotSwitch) {
       Fail(absl::StrCat("training cannot go on: ", d.reason));
       absl::MutexLock lock(&mu_);
