@@ -134,7 +134,9 @@ std::string RenderFitReport(const FitResult& r) {
   for (const FittedParameter& p : r.parameters) {
     if (!p.fitted) continue;
     any = true;
-    s += absl::StrFormat("  %s = %.6g\n", p.name, p.value);
+    s += absl::StrFormat("  %s = %.6g", p.name, p.value);
+    if (!p.evidence.empty()) s += absl::StrCat(" (kept: ", p.evidence, ")");
+    s += "\n";
   }
   if (!any) s += "  (nothing)\n";
   for (const FittedParameter& p : r.parameters) {

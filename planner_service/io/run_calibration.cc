@@ -617,13 +617,21 @@ absl::StatusOr<LeaveOneOut> LeaveOneOutError(const Objective& f,
   return out;
 }
 
+// What the check of an optional parameter found: why the runs determine it
+// but it should still be left out, or "" to keep it, and then the
+// leave-one-out errors that kept it (for the report).
+struct OptionalVerdict {
+  std::string doubt;
+  std::string evidence;
+};
+
 // Why an optional parameter the runs determine should still be left out,
 // or "" to keep it: fitted on no more runs than parameters it passes
 // through every run, so nothing checks it; and it must predict each fitted
 // run from the others better than the fit without it does (leave-one-out
 // cross-validation). Two runs and a compute scale fit a fixed cost per
 // micro-batch exactly, whatever the error they share.
-absl::StatusOr<std::string> OptionalParameterDoubt(
+absl::StatusOr<OptionalVerdict> OptionalParameterDoubt(
     const Objective& f, const std::vector<Param>& without,
     const std::vector<double>& x_without, const std::vector<Param>& with,
     const std::vector<double>& x_with, bool memory) {
@@ -631,45 +639,51 @@ absl::StatusOr<std::string> OptionalParameterDoubt(
   const std::string names = absl::StrJoin(
       with, ", ", [](std::string* out, const Param& p) { out->append(p.Name()); });
   if (static_cast<int>(with.size()) >= runs) {
-    return absl::StrCat(
+    return OptionalVerdict{absl::StrCat(
         runs, " fitted run", runs == 1 ? "" : "s",
         memory ? " with a measured peak" : "", " for ", with.size(),
         " parameters (", names,
         "): the fit would pass through every run with none left to check "
-        "it; fit on one run more, or name it in --fit");
+        "it; fit on one run more, or name it in --fit"), ""};
   }
   absl::StatusOr<LeaveOneOut> a =
       LeaveOneOutError(f, with, x_with, /*check_last=*/true, memory);
   if (!a.ok()) return a.status();
   if (a->undetermined_without >= 0) {
-    return absl::StrCat("without fitted run ",
-                        QuoteForMessage(f.pricers[a->undetermined_without]->label()),
-                        " the others do not determine it (", a->why,
-                        "), so one run alone sets it");
+    return OptionalVerdict{absl::StrCat(
+        "without fitted run ",
+        QuoteForMessage(f.pricers[a->undetermined_without]->label()),
+        " the others do not determine it (", a->why,
+        "), so one run alone sets it"), ""};
   }
   absl::StatusOr<LeaveOneOut> b =
       LeaveOneOutError(f, without, x_without, /*check_last=*/false, memory);
   if (!b.ok()) return b.status();
+  const char* what = memory ? "peak memory" : "time";
   if (a->rms >= b->rms) {
-    return absl::StrFormat(
+    return OptionalVerdict{absl::StrFormat(
         "predicting each fitted run from the others (leave-one-out), it "
         "raises the rms log error of %s from %.4f to %.4f: the runs do not "
         "support it",
-        memory ? "peak memory" : "time", b->rms, a->rms);
+        what, b->rms, a->rms), ""};
   }
-  return std::string();
+  return OptionalVerdict{
+      "", absl::StrFormat("leave-one-out rms log error of %s %.4f -> %.4f",
+                          what, b->rms, a->rms)};
 }
 
 // Fits `candidates` (required ones first, then optional ones in order) to
 // objective `f`. A required parameter the runs do not determine refuses
 // the fit; an optional one is left out, noted in `report`, as is one
 // marked `validate` that the runs determine but do not support
-// (OptionalParameterDoubt).
+// (OptionalParameterDoubt); what kept such a one goes in `evidence`, by
+// name.
 absl::StatusOr<std::vector<double>> FitGroup(
     const Objective& f, std::vector<Param> candidates,
     const std::vector<bool>& required, const std::vector<bool>& validate,
     const std::vector<double>& start, bool memory, std::vector<Param>* fitted,
-    std::vector<FittedParameter>* report) {
+    std::vector<FittedParameter>* report,
+    std::map<std::string, std::string>* evidence) {
   const int runs = static_cast<int>(f.pricers.size());
   std::vector<double> x0;
   for (size_t k = 0; k < candidates.size(); ++k) {
@@ -704,14 +718,15 @@ absl::StatusOr<std::vector<double>> FitGroup(
       }
     }
     if (why.empty() && !required[k] && validate[k]) {
-      absl::StatusOr<std::string> doubt =
+      absl::StatusOr<OptionalVerdict> v =
           OptionalParameterDoubt(f, *fitted, x0, trial, xt, memory);
-      if (!doubt.ok()) return doubt.status();
-      why = *std::move(doubt);
+      if (!v.ok()) return v.status();
+      why = std::move(v->doubt);
+      if (why.empty()) (*evidence)[q.Name()] = std::move(v->evidence);
     }
     if (!why.empty()) {
       if (required[k]) return Refuse(q.Name(), why);
-      report->push_back({q.Name(), false, 0, why});
+      report->push_back({q.Name(), false, 0, why, ""});
       continue;
     }
     *fitted = std::move(trial);
@@ -873,6 +888,8 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
 
   // --- Time ---
   std::vector<FittedParameter> notes;  // parameters left out, and why
+  // Optional parameters kept, and the leave-one-out errors that kept them.
+  std::map<std::string, std::string> evidence;
   std::vector<Param> cand;
   std::vector<bool> req;
   // Whether an optional candidate must also pass OptionalParameterDoubt:
@@ -912,7 +929,7 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
           types.size() == 1 ? absl::StrCat("the ", types[0], " compute scale")
                             : std::string("the compute scales"));
       if (req_it) return Refuse(std::string(kFitMicroBatchFixed), why);
-      notes.push_back({std::string(kFitMicroBatchFixed), false, 0, why});
+      notes.push_back({std::string(kFitMicroBatchFixed), false, 0, why, ""});
     } else {
       cand.push_back(MicroBatchFixedParam());
       req.push_back(req_it);
@@ -935,7 +952,8 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   }
   std::vector<Param> time_params;
   absl::StatusOr<std::vector<double>> xt =
-      FitGroup(time, cand, req, validate, start, false, &time_params, &notes);
+      FitGroup(time, cand, req, validate, start, false, &time_params, &notes,
+               &evidence);
   if (!xt.ok()) return xt.status();
   RunCorrections corrections = CorrectionsOf(time_params, *xt);
   // A fixed cost the automatic fit chose that makes up most of a run's
@@ -958,7 +976,8 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
              "time: a compute error absorbed, not host overhead (name it in "
              "--fit to keep it)",
              (*xt)[k], 100 * share->first,
-             QuoteForMessage(runs[time_runs[share->second]].label))});
+             QuoteForMessage(runs[time_runs[share->second]].label)),
+         ""});
     std::vector<Param> kept;
     std::vector<double> x0;
     for (size_t j = 0; j < time_params.size(); ++j) {
@@ -995,25 +1014,27 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
     const std::string why = "no fitted run has a measured peak_memory_gib";
     for (size_t k = 0; k < cand.size(); ++k) {
       if (req[k]) return Refuse(cand[k].Name(), why);
-      notes.push_back({cand[k].Name(), false, 0, why});
+      notes.push_back({cand[k].Name(), false, 0, why, ""});
     }
   } else if (!cand.empty()) {
     memory.fixed = corrections;
     absl::StatusOr<std::vector<double>> xm =
         FitGroup(memory, cand, req, validate, start, true, &mem_params,
-                 &notes);
+                 &notes, &evidence);
     if (!xm.ok()) return xm.status();
     corrections = CorrectionsOf(mem_params, *xm, corrections);
     for (size_t k = 0; k < mem_params.size(); ++k) {
-      result.parameters.push_back(
-          {mem_params[k].Name(), true, mem_params[k].Display((*xm)[k]), ""});
+      result.parameters.push_back({mem_params[k].Name(), true,
+                                   mem_params[k].Display((*xm)[k]), "",
+                                   evidence[mem_params[k].Name()]});
     }
   }
   // Fitted time parameters first, then memory, then the notes.
   std::vector<FittedParameter> ordered;
   for (size_t k = 0; k < time_params.size(); ++k) {
-    ordered.push_back(
-        {time_params[k].Name(), true, time_params[k].Display((*xt)[k]), ""});
+    ordered.push_back({time_params[k].Name(), true,
+                       time_params[k].Display((*xt)[k]), "",
+                       evidence[time_params[k].Name()]});
   }
   for (FittedParameter& p : result.parameters) ordered.push_back(std::move(p));
   for (FittedParameter& p : notes) ordered.push_back(std::move(p));

@@ -164,6 +164,10 @@ struct FittedParameter {
   bool fitted = false;
   double value = 0;    // in the unit of the name (ms, GiB, factor)
   std::string reason;  // why it was left out (automatic mode), else empty
+  // Fitted in automatic mode as an optional parameter: the leave-one-out
+  // errors without and with it ("leave-one-out rms log error of time
+  // 0.0248 -> 0.0001"); else empty.
+  std::string evidence;
 };
 
 struct RunFitReport {

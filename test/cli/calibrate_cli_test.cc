@@ -128,11 +128,14 @@ TEST(CalibrateCliTest, RecoversKnownCorrections) {
   const std::string out = TempPath("recovered.json");
   CliRun r = Cli({"calibrate", "--runs", SyntheticRuns(truth), "--out", out});
   ASSERT_EQ(r.code, 0) << r.err;
+  // The optional ones with the leave-one-out errors that kept them.
   EXPECT_THAT(r.out, HasSubstr("\nfitted:\n"
                                "  compute_scale[A100-80GB] = 1.25\n"
-                               "  micro_batch_fixed_ms = 3\n"
-                               "  context_reserve_gib = 2.5\n"
-                               "  fragmentation = 0.05\n"));
+                               "  micro_batch_fixed_ms = 3 (kept: leave-one-out "
+                               "rms log error of time "));
+  EXPECT_THAT(r.out, HasSubstr("  context_reserve_gib = 2.5\n"
+                               "  fragmentation = 0.05 (kept: leave-one-out "
+                               "rms log error of peak memory "));
   EXPECT_THAT(r.out, HasSubstr("-> 0.0000, of peak memory "));
   EXPECT_THAT(r.out, Not(HasSubstr("warning:")));
   EXPECT_THAT(r.out, Not(HasSubstr("not fitted:")));

@@ -321,6 +321,11 @@ TEST_F(RunCalibrationTest, AutomaticFitLeavesOutWhatLeaveOneOutRejects) {
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->corrections.micro_batch_fixed_s.has_value());
   EXPECT_NEAR(*r->corrections.micro_batch_fixed_s * 1e3, 2.0, 1e-3);
+  // The report says what kept it.
+  EXPECT_EQ(r->parameters[1].name, "micro_batch_fixed_ms");
+  EXPECT_THAT(r->parameters[1].evidence,
+              HasSubstr("leave-one-out rms log error of time "));
+  EXPECT_EQ(r->parameters[0].evidence, "");  // the compute scale needs none
 }
 
 TEST_F(RunCalibrationTest, RecoversTwoGpuTypesAndHoldsOutARun) {
