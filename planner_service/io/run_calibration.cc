@@ -357,9 +357,14 @@ absl::StatusOr<std::vector<std::vector<double>>> Jacobian(
 // Levenberg-Marquardt on the squared log error, each coordinate kept in
 // its bounds. The objective is piecewise smooth (a stage becomes the
 // slowest), which the damping copes with; deterministic.
+// It stops when a step gains less than `rel_gain` of the cost: the fits
+// that are the answer run to the rounding of the pricing (1e-18), the
+// cross-validation's fits, which only rank two sets of parameters, stop
+// far earlier.
 absl::StatusOr<std::vector<double>> Minimise(const Objective& f,
                                              const std::vector<Param>& params,
-                                             std::vector<double> x) {
+                                             std::vector<double> x,
+                                             double rel_gain = 1e-18) {
   const size_t n = params.size();
   absl::StatusOr<std::vector<double>> r = f.Residuals(params, x);
   if (!r.ok()) return r.status();
@@ -408,7 +413,7 @@ absl::StatusOr<std::vector<double>> Minimise(const Objective& f,
         cost = cn;
         lambda = std::max(lambda / 10, 1e-12);
         improved = true;
-        if (gain < 1e-18 * std::max(cost, 1e-30) || step_norm < 1e-12) {
+        if (gain < rel_gain * std::max(cost, 1e-30) || step_norm < 1e-12) {
           return x;
         }
         break;
@@ -565,53 +570,85 @@ absl::Status Refuse(const std::string& param, const std::string& why) {
   return absl::FailedPreconditionError(absl::StrCat(param, ": ", why));
 }
 
-// `f` without its run `i`.
-Objective Without(const Objective& f, size_t i) {
+// Past this many fitted runs the cross-validation of an optional parameter
+// holds out one of this many folds at a time (run i in fold i % folds)
+// rather than one run: its cost stays at 2 x folds fits however many
+// generations the controller has measured.
+constexpr int kMaxFolds = 10;
+
+// Where the cross-validation's fits stop (Minimise): the errors it
+// compares differ in the third or fourth digit.
+constexpr double kCrossValidationGain = 1e-8;
+
+int FoldsOf(const Objective& f) {
+  return std::min(static_cast<int>(f.pricers.size()), kMaxFolds);
+}
+
+// `f` without the runs of fold `k` of `folds`.
+Objective WithoutFold(const Objective& f, int folds, int k) {
   Objective sub = f;
-  sub.pricers.erase(sub.pricers.begin() + static_cast<std::ptrdiff_t>(i));
-  sub.measured.erase(sub.measured.begin() + static_cast<std::ptrdiff_t>(i));
+  sub.pricers.clear();
+  sub.measured.clear();
+  for (size_t i = 0; i < f.pricers.size(); ++i) {
+    if (static_cast<int>(i % folds) == k) continue;
+    sub.pricers.push_back(f.pricers[i]);
+    sub.measured.push_back(f.measured[i]);
+  }
   return sub;
 }
 
-struct LeaveOneOut {
-  double rms = 0;           // of log(predicted / measured), each run
-                            // predicted by the fit on the others
-  int undetermined_without = -1;  // a run without which the last parameter
-                                  // is not determined (index in f), or -1
-  std::string why;                // and why
+struct CrossValidation {
+  double rms = 0;  // of log(predicted / measured), each run predicted by
+                   // the fit without its fold
+  // Runs (indices in f) without which the last parameter is not
+  // determined, empty when it always is; and why.
+  std::vector<int> undetermined_without;
+  std::string why;
 };
 
-// Predicts each run of `f` from `params` fitted (from `x0`) on the other
-// runs. Stops at the first run without which the last of `params` is not
-// determined (when `check_last`).
-absl::StatusOr<LeaveOneOut> LeaveOneOutError(const Objective& f,
-                                             const std::vector<Param>& params,
-                                             const std::vector<double>& x0,
-                                             bool check_last, bool memory) {
-  LeaveOneOut out;
+// Predicts each run of `f` from `params` fitted on the runs outside its
+// fold (leave-one-out up to kMaxFolds runs), each fit started from the fit
+// on every run. Stops at the first fold without which the last of `params`
+// is not determined (when `check_last`; checked at `x0`, as FitGroup
+// checks the whole set).
+absl::StatusOr<CrossValidation> CrossValidationError(
+    const Objective& f, const std::vector<Param>& params,
+    const std::vector<double>& x0, bool check_last, bool memory) {
+  CrossValidation out;
+  std::vector<double> x_all = x0;
+  if (!params.empty()) {
+    absl::StatusOr<std::vector<double>> fit =
+        Minimise(f, params, x0, kCrossValidationGain);
+    if (!fit.ok()) return fit.status();
+    x_all = *std::move(fit);
+  }
+  const int folds = FoldsOf(f);
   double sum = 0;
-  for (size_t i = 0; i < f.pricers.size(); ++i) {
-    const Objective sub = Without(f, i);
+  for (int k = 0; k < folds; ++k) {
+    const Objective sub = WithoutFold(f, folds, k);
     if (check_last) {
       absl::StatusOr<std::vector<std::vector<double>>> cols =
           LogColumns(sub, params, x0);
       if (!cols.ok()) return cols.status();
       std::optional<Confusion> c = FindUndetermined(*cols);
       if (c && c->param == static_cast<int>(params.size()) - 1) {
-        out.undetermined_without = static_cast<int>(i);
+        for (size_t i = k; i < f.pricers.size(); i += folds) {
+          out.undetermined_without.push_back(static_cast<int>(i));
+        }
         out.why = ConfusionReason(*c, params, memory);
         return out;
       }
     }
-    std::vector<double> x = x0;
+    std::vector<double> x = x_all;
     if (!params.empty()) {
-      absl::StatusOr<std::vector<double>> fit = Minimise(sub, params, x0);
+      absl::StatusOr<std::vector<double>> fit =
+          Minimise(sub, params, x_all, kCrossValidationGain);
       if (!fit.ok()) return fit.status();
       x = *std::move(fit);
     }
     absl::StatusOr<std::vector<double>> r = f.Residuals(params, x);
     if (!r.ok()) return r.status();
-    sum += (*r)[i] * (*r)[i];
+    for (size_t i = k; i < f.pricers.size(); i += folds) sum += (*r)[i] * (*r)[i];
   }
   out.rms = std::sqrt(sum / static_cast<double>(f.pricers.size()));
   return out;
@@ -646,29 +683,39 @@ absl::StatusOr<OptionalVerdict> OptionalParameterDoubt(
         "): the fit would pass through every run with none left to check "
         "it; fit on one run more, or name it in --fit"), ""};
   }
-  absl::StatusOr<LeaveOneOut> a =
-      LeaveOneOutError(f, with, x_with, /*check_last=*/true, memory);
+  const std::string method =
+      FoldsOf(f) == runs ? "leave-one-out"
+                         : absl::StrCat(FoldsOf(f), "-fold cross-validation");
+  absl::StatusOr<CrossValidation> a =
+      CrossValidationError(f, with, x_with, /*check_last=*/true, memory);
   if (!a.ok()) return a.status();
-  if (a->undetermined_without >= 0) {
-    return OptionalVerdict{absl::StrCat(
-        "without fitted run ",
-        QuoteForMessage(f.pricers[a->undetermined_without]->label()),
-        " the others do not determine it (", a->why,
-        "), so one run alone sets it"), ""};
+  if (!a->undetermined_without.empty()) {
+    return OptionalVerdict{
+        absl::StrCat(
+            "without fitted run",
+            a->undetermined_without.size() == 1 ? " " : "s ",
+            absl::StrJoin(a->undetermined_without, ", ",
+                          [&](std::string* out, int i) {
+                            out->append(QuoteForMessage(f.pricers[i]->label()));
+                          }),
+            " the others do not determine it (", a->why, "), so ",
+            a->undetermined_without.size() == 1 ? "one run alone sets it"
+                                                : "those runs alone set it"),
+        ""};
   }
-  absl::StatusOr<LeaveOneOut> b =
-      LeaveOneOutError(f, without, x_without, /*check_last=*/false, memory);
+  absl::StatusOr<CrossValidation> b =
+      CrossValidationError(f, without, x_without, /*check_last=*/false, memory);
   if (!b.ok()) return b.status();
   const char* what = memory ? "peak memory" : "time";
   if (a->rms >= b->rms) {
     return OptionalVerdict{absl::StrFormat(
-        "predicting each fitted run from the others (leave-one-out), it "
+        "predicting each fitted run from the others (%s), it "
         "raises the rms log error of %s from %.4f to %.4f: the runs do not "
         "support it",
-        what, b->rms, a->rms), ""};
+        method, what, b->rms, a->rms), ""};
   }
   return OptionalVerdict{
-      "", absl::StrFormat("leave-one-out rms log error of %s %.4f -> %.4f",
+      "", absl::StrFormat("%s rms log error of %s %.4f -> %.4f", method,
                           what, b->rms, a->rms)};
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner_service/io/cluster_io.h"
@@ -326,6 +327,30 @@ TEST_F(RunCalibrationTest, AutomaticFitLeavesOutWhatLeaveOneOutRejects) {
   EXPECT_THAT(r->parameters[1].evidence,
               HasSubstr("leave-one-out rms log error of time "));
   EXPECT_EQ(r->parameters[0].evidence, "");  // the compute scale needs none
+}
+
+// Past ten runs the check holds out ten folds, not each run: its cost stays
+// bounded however many generations the controller has measured.
+TEST_F(RunCalibrationTest, ManyRunsAreCrossValidatedInTenFolds) {
+  std::vector<MeasuredRun> runs;
+  for (int mbs : {1, 2, 4, 8}) {
+    runs.push_back(MakeRun(absl::StrCat("pp2 mbs", mbs), "A100-80GB", 2, 1, 2,
+                           4, mbs));
+    runs.push_back(MakeRun(absl::StrCat("pp4 mbs", mbs), "A100-80GB", 2, 1, 4,
+                           2, mbs));
+    runs.push_back(MakeRun(absl::StrCat("tp2 mbs", mbs), "A100-80GB", 2, 2, 1,
+                           4, mbs));
+  }
+  RunCorrections truth;
+  truth.compute_scale["A100-80GB"] = 1.3;
+  truth.micro_batch_fixed_s = 0.002;
+  Measure(runs, truth, false);
+  absl::StatusOr<FitResult> r = FitCorrections(runs, FitOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->corrections.micro_batch_fixed_s.has_value());
+  EXPECT_NEAR(*r->corrections.micro_batch_fixed_s * 1e3, 2.0, 1e-3);
+  EXPECT_THAT(r->parameters[1].evidence,
+              HasSubstr("10-fold cross-validation rms log error of time "));
 }
 
 TEST_F(RunCalibrationTest, RecoversTwoGpuTypesAndHoldsOutARun) {
