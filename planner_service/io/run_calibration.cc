@@ -570,6 +570,28 @@ absl::Status Refuse(const std::string& param, const std::string& why) {
   return absl::FailedPreconditionError(absl::StrCat(param, ": ", why));
 }
 
+// "2 fitted runs with a measured peak for 2 parameters (a, b)": the start
+// of both messages about too few runs.
+std::string RunsForParameters(int runs, const std::vector<Param>& params,
+                              bool memory) {
+  return absl::StrCat(
+      runs, " fitted run", runs == 1 ? "" : "s",
+      memory ? " with a measured peak" : "", " for ", params.size(),
+      " parameters (",
+      absl::StrJoin(params, ", ",
+                    [](std::string* out, const Param& p) {
+                      out->append(p.Name());
+                    }),
+      ")");
+}
+
+// Whether an optional parameter must also pass OptionalParameterDoubt: all
+// but the memory's first term, the additive reserve, which one run with a
+// peak sets as one run sets a compute scale.
+bool NeedsSupport(const Param& q) {
+  return q.kind != ParamKind::kContextReserve;
+}
+
 // Past this many fitted runs the cross-validation of an optional parameter
 // holds out one of this many folds at a time (run i in fold i % folds)
 // rather than one run: its cost stays at 2 x folds fits however many
@@ -656,7 +678,7 @@ absl::StatusOr<CrossValidation> CrossValidationError(
 
 // What the check of an optional parameter found: why the runs determine it
 // but it should still be left out, or "" to keep it, and then the
-// leave-one-out errors that kept it (for the report).
+// cross-validated errors that kept it (for the report).
 struct OptionalVerdict {
   std::string doubt;
   std::string evidence;
@@ -673,15 +695,12 @@ absl::StatusOr<OptionalVerdict> OptionalParameterDoubt(
     const std::vector<double>& x_without, const std::vector<Param>& with,
     const std::vector<double>& x_with, bool memory) {
   const int runs = static_cast<int>(f.pricers.size());
-  const std::string names = absl::StrJoin(
-      with, ", ", [](std::string* out, const Param& p) { out->append(p.Name()); });
   if (static_cast<int>(with.size()) >= runs) {
-    return OptionalVerdict{absl::StrCat(
-        runs, " fitted run", runs == 1 ? "" : "s",
-        memory ? " with a measured peak" : "", " for ", with.size(),
-        " parameters (", names,
-        "): the fit would pass through every run with none left to check "
-        "it; fit on one run more, or name it in --fit"), ""};
+    return OptionalVerdict{
+        absl::StrCat(RunsForParameters(runs, with, memory),
+                     ": the fit would pass through every run with none left "
+                     "to check it; fit on one run more, or name it in --fit"),
+        ""};
   }
   const std::string method =
       FoldsOf(f) == runs ? "leave-one-out"
@@ -722,13 +741,12 @@ absl::StatusOr<OptionalVerdict> OptionalParameterDoubt(
 // Fits `candidates` (required ones first, then optional ones in order) to
 // objective `f`. A required parameter the runs do not determine refuses
 // the fit; an optional one is left out, noted in `report`, as is one
-// marked `validate` that the runs determine but do not support
+// that NeedsSupport and that the runs determine but do not support
 // (OptionalParameterDoubt); what kept such a one goes in `evidence`, by
 // name.
 absl::StatusOr<std::vector<double>> FitGroup(
     const Objective& f, std::vector<Param> candidates,
-    const std::vector<bool>& required, const std::vector<bool>& validate,
-    const std::vector<double>& start, bool memory, std::vector<Param>* fitted,
+    const std::vector<bool>& required, const std::vector<double>& start, bool memory, std::vector<Param>* fitted,
     std::vector<FittedParameter>* report,
     std::map<std::string, std::string>* evidence) {
   const int runs = static_cast<int>(f.pricers.size());
@@ -741,14 +759,8 @@ absl::StatusOr<std::vector<double>> FitGroup(
     xt.push_back(start[k]);
     std::string why;
     if (static_cast<int>(trial.size()) > runs) {
-      why = absl::StrCat(runs, " fitted run", runs == 1 ? "" : "s",
-                         memory ? " with a measured peak" : "", " for ",
-                         trial.size(), " parameters (",
-                         absl::StrJoin(trial, ", ",
-                                       [](std::string* out, const Param& p) {
-                                         out->append(p.Name());
-                                       }),
-                         "); a fit needs at least one run per parameter");
+      why = absl::StrCat(RunsForParameters(runs, trial, memory),
+                         "; a fit needs at least one run per parameter");
     } else {
       absl::StatusOr<std::vector<std::vector<double>>> cols =
           LogColumns(f, trial, xt);
@@ -764,7 +776,7 @@ absl::StatusOr<std::vector<double>> FitGroup(
         }
       }
     }
-    if (why.empty() && !required[k] && validate[k]) {
+    if (why.empty() && !required[k] && NeedsSupport(q)) {
       absl::StatusOr<OptionalVerdict> v =
           OptionalParameterDoubt(f, *fitted, x0, trial, xt, memory);
       if (!v.ok()) return v.status();
@@ -935,21 +947,17 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
 
   // --- Time ---
   std::vector<FittedParameter> notes;  // parameters left out, and why
-  // Optional parameters kept, and the leave-one-out errors that kept them.
+  // Optional parameters kept, and the cross-validated errors that kept
+  // them.
   std::map<std::string, std::string> evidence;
   std::vector<Param> cand;
   std::vector<bool> req;
-  // Whether an optional candidate must also pass OptionalParameterDoubt:
-  // all but the memory's first term, the additive reserve (one run with a
-  // peak sets it, as one run sets a compute scale).
-  std::vector<bool> validate;
   std::vector<double> start;
   for (const ScaleKind& k : kScaleKinds) {
     if (!asked.contains(k.name) && (k.only_when_named || !automatic)) continue;
     for (const std::string& gpu : TypesUsed(time.pricers)) {
       cand.push_back(ScaleParam(k, gpu));
       req.push_back(true);
-      validate.push_back(true);
       start.push_back(0);
     }
   }
@@ -980,7 +988,6 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
     } else {
       cand.push_back(MicroBatchFixedParam());
       req.push_back(req_it);
-      validate.push_back(true);
       start.push_back(1e3 * mean_of([](const FrameworkConfig& f) {
                         return f.micro_batch_fixed_s;
                       }));
@@ -992,14 +999,13 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   if (asked.contains(kFitIterationFixed)) {
     cand.push_back(IterationFixedParam());
     req.push_back(true);
-    validate.push_back(true);
     start.push_back(1e3 * mean_of([](const FrameworkConfig& f) {
                       return f.iteration_fixed_s;
                     }));
   }
   std::vector<Param> time_params;
   absl::StatusOr<std::vector<double>> xt =
-      FitGroup(time, cand, req, validate, start, false, &time_params, &notes,
+      FitGroup(time, cand, req, start, false, &time_params, &notes,
                &evidence);
   if (!xt.ok()) return xt.status();
   RunCorrections corrections = CorrectionsOf(time_params, *xt);
@@ -1040,19 +1046,17 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   }
 
   // --- Memory ---
-  cand.clear(), req.clear(), validate.clear(), start.clear();
+  cand.clear(), req.clear(), start.clear();
   const bool mem_auto = automatic;
   if (mem_auto || asked.contains(kFitContextReserve)) {
     cand.push_back(ContextReserveParam());
     req.push_back(asked.contains(kFitContextReserve));
-    validate.push_back(false);
     start.push_back(mean_of(
         [](const FrameworkConfig& f) { return f.context_reserve_gib; }));
   }
   if (mem_auto || asked.contains(kFitFragmentation)) {
     cand.push_back(FragmentationParam());
     req.push_back(asked.contains(kFitFragmentation));
-    validate.push_back(true);
     start.push_back(
         mean_of([](const FrameworkConfig& f) { return f.fragmentation; }));
   }
@@ -1066,7 +1070,7 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   } else if (!cand.empty()) {
     memory.fixed = corrections;
     absl::StatusOr<std::vector<double>> xm =
-        FitGroup(memory, cand, req, validate, start, true, &mem_params,
+        FitGroup(memory, cand, req, start, true, &mem_params,
                  &notes, &evidence);
     if (!xm.ok()) return xm.status();
     corrections = CorrectionsOf(mem_params, *xm, corrections);
