@@ -637,13 +637,14 @@ absl::StatusOr<CrossValidation> CrossValidationError(
     const Objective& f, const std::vector<Param>& params,
     const std::vector<double>& x0, bool check_last, bool memory) {
   CrossValidation out;
-  std::vector<double> x_all = x0;
-  if (!params.empty()) {
-    absl::StatusOr<std::vector<double>> fit =
-        Minimise(f, params, x0, kCrossValidationGain);
-    if (!fit.ok()) return fit.status();
-    x_all = *std::move(fit);
-  }
+  // With no parameters there is nothing to fit: the start is the fit.
+  auto fit = [&](const Objective& o, const std::vector<double>& from)
+      -> absl::StatusOr<std::vector<double>> {
+    if (params.empty()) return from;
+    return Minimise(o, params, from, kCrossValidationGain);
+  };
+  absl::StatusOr<std::vector<double>> x_all = fit(f, x0);
+  if (!x_all.ok()) return x_all.status();
   const int folds = FoldsOf(f);
   double sum = 0;
   for (int k = 0; k < folds; ++k) {
@@ -661,14 +662,9 @@ absl::StatusOr<CrossValidation> CrossValidationError(
         return out;
       }
     }
-    std::vector<double> x = x_all;
-    if (!params.empty()) {
-      absl::StatusOr<std::vector<double>> fit =
-          Minimise(sub, params, x_all, kCrossValidationGain);
-      if (!fit.ok()) return fit.status();
-      x = *std::move(fit);
-    }
-    absl::StatusOr<std::vector<double>> r = f.Residuals(params, x);
+    absl::StatusOr<std::vector<double>> x = fit(sub, *x_all);
+    if (!x.ok()) return x.status();
+    absl::StatusOr<std::vector<double>> r = f.Residuals(params, *x);
     if (!r.ok()) return r.status();
     for (size_t i = k; i < f.pricers.size(); i += folds) sum += (*r)[i] * (*r)[i];
   }
