@@ -42,8 +42,9 @@ struct CostParams {
   // GPU id -> multiplier on the fused (flash) attention kernel's share of
   // that type's synthesized layer times (ProfileEntry::attention_*_ms),
   // applied before compute_scale: the attention kernel a framework runs
-  // on a GPU can sit further from the profile than its GEMMs do (FlashAttention-2
-  // on H100, bench/published-runs/findings.md item 3). 1 when not listed.
+  // on a GPU can sit further from the profile than its GEMMs do, beyond
+  // what its `attention` kernel (framework.h) already prices
+  // (bench/published-runs/findings.md item 3). 1 when not listed.
   std::map<std::string, double> attention_scale;
   // GPU id -> multiplier on that type's profiled TP-collective time (the
   // intra-node link a profile assumes can be slower in practice: V100's

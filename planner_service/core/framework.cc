@@ -87,10 +87,12 @@ const std::vector<Field>& Fields() {
          [](FrameworkConfig& f, absl::string_view s) {
            if (s == "flash") {
              f.attention = AttentionKernel::kFlash;
+           } else if (s == "flash2") {
+             f.attention = AttentionKernel::kFlash2;
            } else if (s == "materialized") {
              f.attention = AttentionKernel::kMaterialized;
            } else {
-             return BadValue("attention", s, "flash or materialized");
+             return BadValue("attention", s, "flash, flash2 or materialized");
            }
            return absl::OkStatus();
          },
@@ -200,7 +202,15 @@ absl::StatusOr<FrameworkPreset> ParseFrameworkPreset(absl::string_view name) {
 }
 
 absl::string_view AttentionKernelName(AttentionKernel k) {
-  return k == AttentionKernel::kFlash ? "flash" : "materialized";
+  switch (k) {
+    case AttentionKernel::kFlash:
+      return "flash";
+    case AttentionKernel::kFlash2:
+      return "flash2";
+    case AttentionKernel::kMaterialized:
+      return "materialized";
+  }
+  return "flash";
 }
 
 absl::string_view StateShardingName(StateSharding s) {
@@ -232,12 +242,17 @@ FrameworkConfig FrameworkPresetConfig(FrameworkPreset preset) {
       f.attention_dropout = true;
       break;
     case FrameworkPreset::kDeepSpeedZero1:
+      // PyTorch SDPA's flash backend or flash-attn 2 (FlashAttention-2).
+      f.attention = AttentionKernel::kFlash2;
       f.sequence_parallel = false;
       f.optimizer_grad_bytes_per_param = 4;
       f.sharding = StateSharding::kOptimizer;
       f.comm_buffer_gib = kDeepSpeedBucketsGib;
       break;
     case FrameworkPreset::kFsdp:
+      // PyTorch SDPA's flash backend (FlashAttention-2), as torchtitan and
+      // llm-foundry run it.
+      f.attention = AttentionKernel::kFlash2;
       f.sequence_parallel = false;
       f.weight_bytes_per_param = 4;  // fp32 sharded parameters (the master)
       f.optimizer_bytes_per_param = 8;  // Adam m and v

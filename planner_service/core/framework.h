@@ -36,7 +36,15 @@ absl::string_view FrameworkPresetName(FrameworkPreset p);
 absl::StatusOr<FrameworkPreset> ParseFrameworkPreset(absl::string_view name);
 
 enum class AttentionKernel {
-  kFlash,         // fused (flash / cuDNN) attention: no s x s tensor in HBM
+  // Fused attention built for the GPU's generation (no s x s tensor in HBM):
+  // FlashAttention-3 or cuDNN fused attention (Transformer Engine) on
+  // Hopper, FlashAttention-2 before it.
+  kFlash,
+  // FlashAttention-2-generation kernels on every GPU (flash-attn 2.x,
+  // PyTorch SDPA's flash backend, Triton's fused attention): the same as
+  // kFlash before Hopper; on Hopper they leave its asynchronous tensor cores
+  // unused and run slower (profile_synthesizer.cc).
+  kFlash2,
   kMaterialized,  // QK^T written to HBM, softmax (+ dropout), then x V
 };
 absl::string_view AttentionKernelName(AttentionKernel k);

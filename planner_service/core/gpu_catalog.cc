@@ -1,11 +1,19 @@
 #include "planner_service/core/gpu_catalog.h"
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace arachne {
+
+const std::vector<std::string>& GpuArchitectures() {
+  static const std::vector<std::string>* names = new std::vector<std::string>{
+      "pascal", "volta", "turing", "ampere",
+      "ada",    "hopper", "blackwell", "cdna3"};
+  return *names;
+}
 
 absl::StatusOr<GpuCatalog> GpuCatalog::Create(std::vector<GpuType> types) {
   GpuCatalog catalog;
@@ -31,6 +39,14 @@ absl::StatusOr<GpuCatalog> GpuCatalog::Create(std::vector<GpuType> types) {
                         {static_cast<double>(t.default_gpus_per_node),
                          "default_gpus_per_node"}}) {
       if (absl::Status s = positive(v, f); !s.ok()) return s;
+    }
+    if (!t.architecture.empty() &&
+        absl::c_find(GpuArchitectures(), t.architecture) ==
+            GpuArchitectures().end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gpu ", t.id, ": architecture must be one of ",
+          absl::StrJoin(GpuArchitectures(), ", "), ", got \"",
+          t.architecture, "\""));
     }
     if (t.usd_per_hour < 0) {
       return absl::InvalidArgumentError(absl::StrCat(

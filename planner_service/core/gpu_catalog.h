@@ -28,7 +28,14 @@ struct GpuType {
   int default_gpus_per_node = 8;
   double usd_per_hour = 0;           // on-demand price per GPU
   std::string source;                // where the figures come from
+  // GPU generation ("ampere", "hopper", ...; GpuArchitectures()): some
+  // kernels' speed depends on it beyond the peak figures (attention
+  // "flash2" on Hopper, profile_synthesizer.cc).
+  std::string architecture;
 };
+
+// The architecture names gpus.yaml accepts.
+const std::vector<std::string>& GpuArchitectures();
 
 // Immutable set of GPU types with case-insensitive lookup by id or alias.
 class GpuCatalog {

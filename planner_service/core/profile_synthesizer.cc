@@ -241,7 +241,8 @@ double RingCollectiveMs(double bytes, int n, const GpuType& gpu,
 
 SynthesisKernels KernelsOf(const FrameworkConfig& framework) {
   SynthesisKernels k;
-  k.flash_attention = framework.attention == AttentionKernel::kFlash;
+  k.flash_attention = framework.attention != AttentionKernel::kMaterialized;
+  k.flash2 = framework.attention == AttentionKernel::kFlash2;
   k.attention_dropout = framework.attention_dropout;
   k.sequence_parallel = framework.sequence_parallel;
   return k;
@@ -264,7 +265,11 @@ std::vector<LayerKind> ProfileSynthesizer::KindsOf(const ModelSpec& model) {
 absl::StatusOr<ProfileEntry> ProfileSynthesizer::Synthesize(
     const ModelSpec& m, LayerKind kind, const GpuType& gpu, int tp, int mbs,
     int seq) const {
-  const CalibrationParams& p = params_;
+  CalibrationParams p = params_;
+  if (kernels_.flash_attention && kernels_.flash2 &&
+      gpu.architecture == "hopper") {
+    p.attn_eff_rel *= kFlash2OnHopperAttentionFactor;
+  }
   if (mbs <= 0) return Invalid(m, "mbs", absl::StrCat("must be > 0, got ", mbs));
   if (seq <= 0) return Invalid(m, "seq", absl::StrCat("must be > 0, got ", seq));
   if (tp <= 0) return Invalid(m, "tp", absl::StrCat("must be > 0, got ", tp));

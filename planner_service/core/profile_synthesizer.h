@@ -123,10 +123,27 @@ double RingCollectiveMs(double bytes, int n, const GpuType& gpu,
 // calibration above.
 struct SynthesisKernels {
   bool flash_attention = true;
+  // FlashAttention-2 generation (AttentionKernel::kFlash2): on Hopper its
+  // attention efficiency is kFlash2OnHopperAttentionFactor of the one
+  // calibrated.
+  bool flash2 = false;
   bool attention_dropout = false;  // materialized attention only
   bool sequence_parallel = true;
 };
 SynthesisKernels KernelsOf(const FrameworkConfig& framework);
+
+// FlashAttention-2 on Hopper, as a factor on CalibrationParams::attn_eff_rel
+// (docs/cost-model.md "Attention kernels"). FlashAttention-2 reaches 35% of
+// H100's dense peak (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608)
+// against 50-73% of A100's (Dao 2023, FlashAttention-2, arXiv 2307.08691;
+// midpoint 61.5%): on Hopper its share of peak is 0.35 / 0.615 of the one
+// on Ampere. The Hopper entries of profiles/calibration.json keep the
+// Ampere ratio of attention to GEMM efficiency (attn_eff_rel) instead, while
+// their GEMMs reach 0.694 / 0.784 of the Ampere share (H100-80GB's derived
+// gemm_eff_max against the mean of the two fitted A100s'); the factor is the
+// first ratio over the second: 0.643.
+inline constexpr double kFlash2OnHopperAttentionFactor =
+    (0.35 / 0.615) / (0.694 / 0.784);
 
 class ProfileSynthesizer {
  public:

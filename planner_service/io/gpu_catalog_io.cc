@@ -4,8 +4,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "arachne/v1/planner.pb.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/json_yaml.h"
@@ -21,7 +23,8 @@ absl::StatusOr<GpuType> GpuTypeFromMessage(const v1::GpuType& m,
        {std::pair<const char*, const std::string*>{"id", &m.id()},
         {"product_name", &m.product_name()},
         {"intra_node_link", &m.intra_node_link()},
-        {"source", &m.source()}}) {
+        {"source", &m.source()},
+        {"architecture", &m.architecture()}}) {
     if (value->empty()) {
       return errors.At(field, "must be a non-empty string, got \"\"");
     }
@@ -50,6 +53,13 @@ absl::StatusOr<GpuType> GpuTypeFromMessage(const v1::GpuType& m,
   }
   ARACHNE_IO_RETURN_IF_ERROR(errors.IntAtLeast(
       "default_gpus_per_node", m.default_gpus_per_node(), 1));
+  if (absl::c_find(GpuArchitectures(), m.architecture()) ==
+      GpuArchitectures().end()) {
+    return errors.At("architecture",
+                     absl::StrCat("must be one of ",
+                                  absl::StrJoin(GpuArchitectures(), ", "),
+                                  ", got \"", m.architecture(), "\""));
+  }
   t.id = m.id();
   t.aliases.assign(m.aliases().begin(), m.aliases().end());
   t.product_name = m.product_name();
@@ -62,6 +72,7 @@ absl::StatusOr<GpuType> GpuTypeFromMessage(const v1::GpuType& m,
   t.default_gpus_per_node = m.default_gpus_per_node();
   t.usd_per_hour = m.usd_per_hour();
   t.source = m.source();
+  t.architecture = m.architecture();
   return t;
 }
 
@@ -109,6 +120,7 @@ nlohmann::json GpuTypeToJson(const GpuType& t) {
       {"default_gpus_per_node", t.default_gpus_per_node},
       {"usd_per_hour", t.usd_per_hour},
       {"source", t.source},
+      {"architecture", t.architecture},
   };
 }
 

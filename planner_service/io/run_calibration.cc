@@ -86,8 +86,8 @@ const ScaleKind kScaleKinds[] = {
      "or materialized attention, which compute_scale covers)",
      "the fitted runs spend the same share of their time in attention (fit it "
      "on runs of different sequence lengths)",
-     "the runs' attention kernel (flash or materialized) and sequence "
-     "lengths"},
+     "the runs' attention kernel (flash, flash2 or materialized) and "
+     "sequence lengths"},
     // Likewise the TP collectives: runs of one TP degree cannot tell them
     // from the compute.
     {kFitTpCommScale, "TP-communication scale", &RunCorrections::tp_comm_scale,

@@ -47,6 +47,9 @@ TEST(FrameworkConfigTest, PresetsParseByNameAndValidate) {
 
 TEST(FrameworkConfigTest, FieldsSetByNameAndRoundTrip) {
   FrameworkConfig f = FrameworkPresetConfig(FrameworkPreset::kMegatronDeepSpeed);
+  ASSERT_TRUE(SetFrameworkField(f, "attention", "flash2").ok());
+  EXPECT_EQ(f.attention, AttentionKernel::kFlash2);
+  EXPECT_EQ(*FrameworkFieldValue(f, "attention"), "flash2");
   ASSERT_TRUE(SetFrameworkField(f, "attention", "flash").ok());
   ASSERT_TRUE(SetFrameworkField(f, "micro_batch_fixed_ms", "2.5").ok());
   ASSERT_TRUE(SetFrameworkField(f, "sharding", "gradients").ok());
@@ -71,7 +74,8 @@ TEST(FrameworkConfigTest, BadNamesAndValuesAreRefusedAndChangeNothing) {
   FrameworkConfig f;
   const FrameworkConfig before = f;
   EXPECT_EQ(SetFrameworkField(f, "attention", "eager").message(),
-            "framework.attention: must be flash or materialized, got \"eager\"");
+            "framework.attention: must be flash, flash2 or materialized, got "
+            "\"eager\"");
   EXPECT_EQ(SetFrameworkField(f, "fragmentation", "1.5").message(),
             "framework.fragmentation: must be a number in [0, 1], got \"1.5\"");
   EXPECT_EQ(SetFrameworkField(f, "sequence_parallel", "yes").message(),
@@ -320,6 +324,51 @@ TEST(FrameworkKernelsTest, MaterializedAttentionKeepsTheScores) {
   EXPECT_GT(e.bwd_ms, f.bwd_ms);
   EXPECT_GT(d.fwd_ms, e.fwd_ms);
   EXPECT_EQ(e.param_count, f.param_count);
+}
+
+TEST(FrameworkKernelsTest, FlashAttention2IsSlowerOnHopperOnly) {
+  // (0.35 / 0.615) / (0.694 / 0.784): FlashAttention-2's share of peak on
+  // H100 against A100, over the GEMMs' (profile_synthesizer.h).
+  EXPECT_NEAR(kFlash2OnHopperAttentionFactor, 0.64291, 1e-5);
+  EXPECT_EQ(KernelsOf(FrameworkPresetConfig(FrameworkPreset::kFsdp)).flash2,
+            true);
+  EXPECT_EQ(
+      KernelsOf(FrameworkPresetConfig(FrameworkPreset::kDeepSpeedZero1)).flash2,
+      true);
+  EXPECT_EQ(
+      KernelsOf(FrameworkPresetConfig(FrameworkPreset::kMegatronCore)).flash2,
+      false);
+  const GpuCatalog catalog = testing::ToyCatalog();
+  GpuType hopper = catalog.type(kFast), ampere = catalog.type(kFast);
+  hopper.architecture = "hopper";
+  ampere.architecture = "ampere";
+  const ModelSpec m = SmallLlama();
+  SynthesisKernels fa2;
+  fa2.flash2 = true;
+  const ProfileSynthesizer flash, flash2({}, fa2);
+  auto entry = [&](const ProfileSynthesizer& s, const GpuType& gpu) {
+    absl::StatusOr<ProfileEntry> e =
+        s.Synthesize(m, LayerKind::kDense, gpu, 2, 2, 128);
+    CHECK(e.ok()) << e.status();
+    return *e;
+  };
+  // Ampere: the same kernel as "flash".
+  const ProfileEntry a = entry(flash, ampere), a2 = entry(flash2, ampere);
+  EXPECT_EQ(a2.fwd_ms, a.fwd_ms);
+  EXPECT_EQ(a2.bwd_ms, a.bwd_ms);
+  // Hopper: the attention core (and only it) takes 1 / 0.643 as long.
+  const ProfileEntry h = entry(flash, hopper), h2 = entry(flash2, hopper);
+  ASSERT_GT(h.attention_fwd_ms, 0);
+  EXPECT_DOUBLE_EQ(h2.attention_fwd_ms,
+                   h.attention_fwd_ms / kFlash2OnHopperAttentionFactor);
+  EXPECT_DOUBLE_EQ(h2.attention_bwd_ms,
+                   h.attention_bwd_ms / kFlash2OnHopperAttentionFactor);
+  EXPECT_NEAR(h2.fwd_ms - h.fwd_ms, h2.attention_fwd_ms - h.attention_fwd_ms,
+              1e-12);
+  EXPECT_NEAR(h2.bwd_ms - h.bwd_ms, h2.attention_bwd_ms - h.attention_bwd_ms,
+              1e-12);
+  EXPECT_EQ(h2.activation_bytes, h.activation_bytes);
+  EXPECT_EQ(h2.tp_comm_ms, h.tp_comm_ms);
 }
 
 TEST(FrameworkKernelsTest, WithoutSequenceParallelismNormsRunOnEveryRank) {

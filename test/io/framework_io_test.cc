@@ -106,8 +106,8 @@ TEST(FrameworkYamlTest, ErrorsNameTheFieldAndTheValue) {
                          "\"atention\" (fields: ",
                          absl::StrJoin(FrameworkFieldNames(), ", "), ")"));
   EXPECT_EQ(YamlError("training: {framework: {attention: fast}}\n"),
-            "t.yaml: training.framework.attention: must be flash or "
-            "materialized, got \"fast\"");
+            "t.yaml: training.framework.attention: must be flash, flash2 "
+            "or materialized, got \"fast\"");
   EXPECT_EQ(YamlError("training: {framework: {fragmentation: 2}}\n"),
             "t.yaml: training.framework.fragmentation: must be a number in "
             "[0, 1], got \"2\"");
@@ -182,8 +182,8 @@ TEST(FrameworkProtoTest, RequestErrorsNameTheField) {
   f.Clear();
   f.set_attention("fast");
   EXPECT_EQ(error(f),
-            "training.framework.attention: must be flash or materialized, "
-            "got \"fast\"");
+            "training.framework.attention: must be flash, flash2 or "
+            "materialized, got \"fast\"");
   f.Clear();
   f.set_micro_batch_fixed_ms(-1);
   EXPECT_EQ(error(f),
@@ -296,8 +296,8 @@ TEST(FrameworkCliTest, BadFlagsNameTheFlagAndTheValue) {
   r = Cli(PlanArgs("plan", {"--framework-set", "attention=fast"}));
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_EQ(r.err,
-            "error: --framework-set: framework.attention: must be flash or "
-            "materialized, got \"fast\"\n");
+            "error: --framework-set: framework.attention: must be flash, "
+            "flash2 or materialized, got \"fast\"\n");
 }
 
 }  // namespace

@@ -36,6 +36,12 @@ TEST(GpuCatalogIoTest, BuiltInCatalogHasEveryCanonicalId) {
     EXPECT_FALSE(c->type(*i).product_name.empty()) << id;
     EXPECT_FALSE(c->type(*i).intra_node_link.empty()) << id;
   }
+  EXPECT_EQ(Type(*c, "H100-80GB").architecture, "hopper");
+  EXPECT_EQ(Type(*c, "H200-141GB").architecture, "hopper");
+  EXPECT_EQ(Type(*c, "A100-80GB").architecture, "ampere");
+  EXPECT_EQ(Type(*c, "V100-16GB").architecture, "volta");
+  EXPECT_EQ(Type(*c, "B200").architecture, "blackwell");
+  EXPECT_EQ(Type(*c, "MI300X").architecture, "cdna3");
 }
 
 TEST(GpuCatalogIoTest, AliasesResolveCaseInsensitively) {
@@ -129,6 +135,7 @@ gpus:
   - id: X1
     aliases: [x]
     product_name: Test GPU
+    architecture: ampere
     peak_bf16_tflops: 100
     peak_fp32_tflops: 10
     memory_gib: 16
@@ -189,6 +196,18 @@ TEST(GpuCatalogIoTest, ErrorsNameSourceAndField) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(c.status().message()),
               HasSubstr("gpus.yaml: gpu X2"));
+
+  c = ParseGpuCatalog(replace(text, "    architecture: ampere\n", ""),
+                      "gpus.yaml");
+  EXPECT_EQ(std::string(c.status().message()),
+            "gpus.yaml: gpus[0]: missing required field \"architecture\"");
+  c = ParseGpuCatalog(
+      replace(text, "architecture: ampere", "architecture: hopper2"),
+      "gpus.yaml");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(c.status().message()),
+            "gpus.yaml: gpus[0].architecture: must be one of pascal, volta, "
+            "turing, ampere, ada, hopper, blackwell, cdna3, got \"hopper2\"");
 
   c = ParseGpuCatalog("gpus: []\n", "gpus.yaml");
   EXPECT_EQ(std::string(c.status().message()),
