@@ -133,7 +133,7 @@ struct SynthesisKernels {
 SynthesisKernels KernelsOf(const FrameworkConfig& framework);
 
 // FlashAttention-2 on Hopper, as a factor on CalibrationParams::attn_eff_rel
-// (docs/cost-model.md "Attention kernels"). FlashAttention-2 reaches 35% of
+// (docs/cost-model.md "Frameworks"). FlashAttention-2 reaches 35% of
 // H100's dense peak (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608)
 // against 50-73% of A100's (Dao 2023, FlashAttention-2, arXiv 2307.08691;
 // midpoint 61.5%): on Hopper its share of peak is 0.35 / 0.615 of the one

@@ -30,7 +30,8 @@ namespace arachne {
 
 // The `framework` field of `training` (megatron-core when absent). Errors
 // are InvalidArgument naming the field and the value, e.g. "<source>:
-// training.framework.attention: must be flash, flash2 or materialized, got \"x\"",
+// training.framework.attention: must be flash, flash2 or materialized, got
+// \"x\"",
 // "<source>: training.framework: unknown field \"atention\" (fields: ...)".
 absl::StatusOr<FrameworkConfig> ReadFramework(const ObjectReader& training);
 
