@@ -15,8 +15,10 @@ then bench/measured_runs_plot.py draws bench/results/measured_runs.png.
     /usr/bin/python3 bench/published-runs/compare_runs.py [--arachne BIN]
 """
 import argparse
+import concurrent.futures
 import copy
 import csv
+import itertools
 import math
 import os
 import re
@@ -55,13 +57,14 @@ def splits(path):
     return out
 
 
-def calibrate(binary, path, fit_on=None, fit=None, show=None, extra=()):
+def calibrate(binary, path, fit_on=None, fit=None, show=None, extra=(), record=True):
     cmd = [binary, "calibrate", "--runs", path] + list(extra)
     if fit_on:
         cmd += ["--fit-on", ",".join(fit_on)]
     if fit:
         cmd += ["--fit", ",".join(fit)]
-    COMMANDS.append(" ".join(show or cmd).replace(os.path.dirname(path) + "/profiles", "<profiles copy>"))
+    if record:
+        COMMANDS.append(" ".join(show or cmd).replace(os.path.dirname(path) + "/profiles", "<profiles copy>"))
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {p.stderr.strip() or p.stdout.strip()}")
@@ -271,6 +274,35 @@ def main():
                                      measured_gib=r["measured_gib"], predicted_gib=r["after_gib"],
                                      fits=r["fits"], group=name, before_s=r["before_s"]))
 
+    # --- every choice of fit runs -------------------------------------------
+    # The round trip above fits on one fixed choice of dev runs. A user
+    # calibrates on whichever one or two runs they have, so the same fit
+    # (compute scale) is repeated on every single run and every pair of each
+    # cluster, predicting the cluster's other runs each time.
+    choice_groups = [g for g in groups if not g[0].startswith("BLOOM") and "(attention" not in g[0]]
+    jobs = []
+    for name, f, doc, dev, path in choice_groups:
+        labels = [r["label"] for r in doc["runs"]]
+        for k in (1, 2):
+            for combo in itertools.combinations(labels, k):
+                if len(combo) < len(labels):
+                    jobs.append((name, k, combo, path))
+
+    def run_choice(job):
+        name, k, combo, path = job
+        try:
+            rows, _ = calibrate(B, path, fit_on=list(combo), fit=["compute_scale"], record=False)
+        except RuntimeError as e:
+            return job, None, str(e)  # refused (the labels' runs cannot fit it)
+        held = [(lab, err(r["after_s"], r["measured_s"])) for lab, r in rows.items() if r["set"] == "held-out"]
+        return job, [e for _, e in held], [lab for lab, e in held if abs(e) > 0.10]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        choice_results = list(pool.map(run_choice, jobs))
+    for name, f, doc, dev, path in choice_groups:
+        COMMANDS.append(f"arachne calibrate --runs {rel(path) if path.startswith(ROOT) else '<' + name + ' runs>'}"
+                        " --fit compute_scale --fit-on '<each run, then each pair of runs>'")
+
     # --- sensitivity variants -------------------------------------------------
     variants = []
     vd = copy.deepcopy(mdoc)
@@ -387,6 +419,47 @@ def main():
         for t in tail:
             md.append(f"  * {t.strip()}")
 
+    md.append("\n### 2b. Every choice of fit runs (compute scale)\n")
+    md.append("The table above fits on one fixed choice. Here `--fit compute_scale` is fitted on every "
+              "single run and on every pair of runs of each cluster in turn, predicting the cluster's other "
+              "runs each time. `held out <=10%` is the share of the held-out runs within 10% of their "
+              "measured time: its median over the choices, and the worst and best choice. `all <=10%` counts "
+              "the choices after which every held-out run is within 10%. `hardest run to fit on`: the run "
+              "whose choices (the fits that include it) leave the lowest median share. The last column names "
+              "the runs that no choice brings within 10%: what a compute scale cannot correct.\n")
+    md.append("| cluster | fitted on | choices | held out | held out <=10%: median | worst | best | "
+              "all <=10% | median held-out MAE | hardest run to fit on (median <=10% of its choices) | "
+              "held out beyond 10% after every choice |")
+    md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    med = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else 0.5 * sum(sorted(xs)[len(xs) // 2 - 1:len(xs) // 2 + 1])
+    for name, f, doc, dev, path in choice_groups:
+        for k in (1, 2):
+            res = [(job, e) for job, e, _ in choice_results if job[0] == name and job[1] == k and e]
+            refused = [x for job, e, x in choice_results if job[0] == name and job[1] == k and e is None]
+            # Runs outside 10% after every choice that holds them out.
+            missed = {}
+            for job, e, miss in choice_results:
+                if job[0] == name and job[1] == k and e is not None:
+                    for lab in [r["label"] for r in doc["runs"] if r["label"] not in job[2]]:
+                        missed.setdefault(lab, True)
+                        missed[lab] = missed[lab] and lab in miss
+            never = sorted(lab for lab, m in missed.items() if m)
+            if not res:
+                continue
+            share = lambda e: sum(abs(x) <= 0.10 for x in e) / len(e)
+            shares = [share(e) for _, e in res]
+            maes = [sum(abs(x) for x in e) / len(e) for _, e in res]
+            per_run = {}
+            for job, e in res:
+                for lab in job[2]:
+                    per_run.setdefault(lab, []).append(share(e))
+            hard = min(per_run, key=lambda l: (med(per_run[l]), l))
+            n_ho = len(res[0][1])
+            md.append(f"| {name} | {k} | {len(res)}" + (f" ({len(refused)} refused)" if refused else "") +
+                      f" | {n_ho} | {100 * med(shares):.0f}% | {100 * min(shares):.0f}% | "
+                      f"{100 * max(shares):.0f}% | {sum(s_ == 1.0 for s_ in shares)}/{len(res)} | "
+                      f"{100 * med(maes):.1f}% | {hard} ({100 * med(per_run[hard]):.0f}%) | "
+                      f"{', '.join(never) if never else 'none'} |")
     md.append("\n## 3. Sensitivity of the assumptions (uncalibrated, own preset + the change)\n")
     md.append("| variant | runs | MAE | rms log | <=10% |")
     md.append("|---|---:|---:|---:|---:|")
