@@ -6,7 +6,8 @@ calibration round trip.
 Input: bench/results/measured_runs.csv, written by
 bench/published-runs/compare_runs.py (columns: file, label, split, preset, phase,
 fitted_on, measured_s, predicted_s, measured_gib, predicted_gib).
-Output: bench/results/measured_runs.png.
+and measured_runs_choices.csv (the compute-scale fit on every choice of one
+or two runs of a cluster). Output: bench/results/measured_runs.png.
 
     /usr/bin/python3 bench/measured_runs_plot.py [--csv CSV] [--out PNG]
 """
@@ -66,6 +67,30 @@ def scatter(ax, rows, key_m, key_p, title, unit):
     ax.legend(fontsize=6, loc="upper left")
 
 
+def choices(ax, path):
+    """Per cluster, the share of held-out runs within 10% after a
+    compute-scale fit on each pair of its runs (one box per cluster)."""
+    if not os.path.exists(path):
+        ax.set_visible(False)
+        return
+    by = {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if r["fit_runs"] == "2":
+                by.setdefault(r["cluster"], []).append(
+                    100.0 * int(r["within_10pct"]) / int(r["held_out"]))
+    if not by:
+        ax.set_visible(False)
+        return
+    names = list(by)
+    ax.boxplot([by[n] for n in names], labels=[f"{n}\n({len(by[n])} pairs)" for n in names],
+               showfliers=True)
+    ax.set_ylim(-5, 105)
+    ax.set_ylabel("held-out runs within 10% (%)")
+    ax.set_title("compute-scale fit on every pair of a cluster's runs", fontsize=9)
+    ax.tick_params(axis="x", labelsize=6, rotation=30)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", default=os.path.join(HERE, "results", "measured_runs.csv"))
@@ -75,7 +100,7 @@ def main():
     own = [r for r in rows if r["phase"] == "own-preset"]
     after = [r for r in rows if r["phase"] == "after-fit-scale-only" and r["fitted_on"] == "held-out"
              and r["preset"] == "own"]
-    fig, axes = plt.subplots(2, 3, figsize=(15, 9.5))
+    fig, axes = plt.subplots(3, 3, figsize=(15, 14))
     scatter(axes[0][0], own, "measured_s", "predicted_s",
             "iteration time, own preset, uncalibrated", "s")
     scatter(axes[0][1], after, "measured_s", "predicted_s",
@@ -119,6 +144,9 @@ def main():
         ax.set_ylabel("predicted / measured")
         ax.set_title(fname.replace(".yaml", "") + ": before / after the per-cluster fit", fontsize=9)
         ax.legend(fontsize=7)
+    choices(axes[2][0], os.path.join(os.path.dirname(a.csv), "measured_runs_choices.csv"))
+    axes[2][1].set_visible(False)
+    axes[2][2].set_visible(False)
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)
     print("wrote", a.out)

@@ -9,7 +9,8 @@
                `# split: dev` comments) and predict the rest (held out);
   variant      sensitivity checks of assumptions (micro-batch, attention).
 
-Writes bench/results/measured_runs.csv and bench/results/measured_runs.md,
+Writes bench/results/measured_runs.csv, measured_runs_choices.csv (the fit
+on every choice of one or two runs) and bench/results/measured_runs.md,
 then bench/measured_runs_plot.py draws bench/results/measured_runs.png.
 
     /usr/bin/python3 bench/published-runs/compare_runs.py [--arachne BIN]
@@ -362,6 +363,14 @@ def main():
         w.writeheader()
         for r in csv_rows:
             w.writerow({k: ("" if r.get(k) is None else r.get(k, "")) for k in keys})
+
+    with open(os.path.join(RESULTS, "measured_runs_choices.csv"), "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["cluster", "fit_runs", "fitted_on", "held_out", "within_10pct", "held_out_mae"])
+        for (name, k, combo, _), e, _ in choice_results:
+            if e:
+                w.writerow([name, k, " | ".join(combo), len(e), sum(abs(x) <= 0.10 for x in e),
+                            f"{sum(abs(x) for x in e) / len(e):.4f}"])
 
     # --- markdown ------------------------------------------------------------
     head = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %s"], capture_output=True,
