@@ -17,6 +17,12 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 }  // namespace
 
+double OverlappedTime(double compute_s, double comm_s, double slowdown) {
+  if (comm_s <= 0) return compute_s;
+  if (comm_s >= compute_s * (1 + slowdown)) return comm_s;
+  return compute_s + comm_s * slowdown / (1 + slowdown);
+}
+
 // Per-template work the balance and the pricing share: placement facts
 // (linear in the placement) and each template's slowest stage and sum of
 // stages per micro-batch. Inline for up to 16 templates (every planner but
@@ -100,7 +106,13 @@ absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
           const double bwd_s =
               (e->bwd_ms + attention_extra * e->attention_bwd_ms) * 1e-3 *
               compute_scale;
-          c.tp_comm_s = e->tp_comm_ms * 1e-3 * fw.tp_comm_exposed_fraction *
+          // The exposed share of the TP collectives, plus the compute the
+          // hidden share slows while it overlaps it (OverlappedTime).
+          const double c_over = params.overlap_compute_slowdown;
+          c.tp_comm_s = e->tp_comm_ms * 1e-3 *
+                        (fw.tp_comm_exposed_fraction +
+                         (1 - fw.tp_comm_exposed_fraction) * c_over /
+                             (1 + c_over)) *
                         tp_comm_scale * topology_scale;
           c.params = static_cast<double>(e->param_count);
           const double act = static_cast<double>(e->activation_bytes);
@@ -342,7 +354,10 @@ CostModel::StageTerms CostModel::StageTimeTerms(
       const double gather = 2.0 * (params_.collective_base_latency_s +
                                    (n - 1) * step +
                                    (n - 1.0) / n * bytes / (bw * 1e9));
-      terms.dp_gather_s = std::max(0.0, gather - terms.compute_s);
+      terms.dp_gather_s =
+          OverlappedTime(terms.compute_s, gather,
+                         params_.overlap_compute_slowdown) -
+          terms.compute_s;
     }
   }
   return terms;
@@ -669,8 +684,11 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
                   ring(p_e * fw.grad_reduce_bytes_per_param, edp_all));
       if (fw.overlap_grad_reduce) {
         // Buckets reduce while the last micro-batch's backward runs: about
-        // two thirds of the stage's time per micro-batch.
-        g = std::max(0.0, g - (2.0 / 3.0) * stage_s);
+        // two thirds of the stage's time per micro-batch, slowed while the
+        // reduction overlaps it.
+        const double backward = (2.0 / 3.0) * stage_s;
+        g = OverlappedTime(backward, g, params_.overlap_compute_slowdown) -
+            backward;
       }
       worst_sync = std::max(worst_sync, g);
       // Adam step, memory-bound, over the shard this GPU updates; fp16

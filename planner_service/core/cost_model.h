@@ -35,6 +35,15 @@ inline constexpr int kMaxPricedDepth = 128;
 // Power-of-two index: 1 -> 0, 2 -> 1, 4 -> 2; -1 when not a power of two.
 int Log2Exact(int v);
 
+// Time of `compute_s` of compute with a collective of `comm_s` overlapping
+// it, when the compute runs (1 + slowdown) times slower while the two
+// overlap (CostParams::overlap_compute_slowdown). A collective the slowed
+// compute covers costs slowdown / (1 + slowdown) of its own time (the
+// compute it overlaps stretches to its length): compute_s + comm_s * c /
+// (1 + c); a longer one leaves only itself: comm_s. The two meet at
+// comm_s = compute_s * (1 + c). With c = 0: max(compute_s, comm_s).
+double OverlappedTime(double compute_s, double comm_s, double slowdown);
+
 // One profile entry converted for the cost model: seconds and bytes, with the
 // training config's recomputation already applied.
 struct LayerCost {

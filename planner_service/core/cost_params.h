@@ -34,6 +34,15 @@ struct CostParams {
   double nic_efficiency = 0.976;
   // Latency of one point-to-point activation send.
   double p2p_latency_s = 20e-6;
+  // Compute kernels that run while a collective overlaps them are slower by
+  // this fraction: NCCL's kernels hold SMs and HBM bandwidth. 18.9% on
+  // average (40% at most) over GPT and LLaMA training steps on 4 A100, H100,
+  // MI250 and MI210 GPUs (Lee et al. 2025, "Characterizing Compute-
+  // Communication Overlap in GPU-Accelerated Distributed Deep Learning",
+  // arXiv 2507.03114, abstract). Charged on every collective the cost
+  // model overlaps with compute (FSDP's gathers, an overlapped gradient
+  // reduction, the hidden share of the TP collectives): OverlappedTime.
+  double overlap_compute_slowdown = 0.189;
 
   // --- Measured-run corrections (arachne calibrate) --------------------------
   // GPU id -> multiplier on that type's profiled layer compute time (forward

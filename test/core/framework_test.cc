@@ -216,9 +216,29 @@ TEST_F(FrameworkCostTest, ComputeScaleAndExposedTpComm) {
   CostParams params;
   params.compute_scale["FAST"] = 2.0;
   const CostModel cm = Build(cluster, training, params);
-  // TP 2: a layer is 0.5 + 1 ms of compute (x 2) and 0.5 ms of TP comm
-  // (half of it exposed).
-  EXPECT_NEAR(cm.StageTime(OneStage(1, 2), 0, 0), 4 * (3 + 0.25) * kMs, 1e-12);
+  // TP 2: a layer is 0.5 + 1 ms of compute (x 2) and 0.5 ms of TP comm:
+  // half of it exposed, the hidden half slowing the compute it overlaps by
+  // 0.189 / 1.189 of its length.
+  const double c = 0.189;
+  EXPECT_NEAR(cm.StageTime(OneStage(1, 2), 0, 0),
+              4 * (3 + 0.25 + 0.25 * c / (1 + c)) * kMs, 1e-12);
+  // Without the slowdown only the exposed half counts.
+  params.overlap_compute_slowdown = 0;
+  EXPECT_NEAR(Build(cluster, training, params).StageTime(OneStage(1, 2), 0, 0),
+              4 * (3 + 0.25) * kMs, 1e-12);
+}
+
+TEST(OverlappedTimeTest, HiddenCommSlowsTheComputeLongerCommIsExposed) {
+  // 10 ms of compute, 20% slower while a collective overlaps it.
+  EXPECT_DOUBLE_EQ(OverlappedTime(10, 0, 0.2), 10);
+  // A 6 ms collective stretches the 5 ms of compute it overlaps to 6 ms.
+  EXPECT_DOUBLE_EQ(OverlappedTime(10, 6, 0.2), 11);
+  // Up to 12 ms (all the compute, slowed) it is hidden, then exposed.
+  EXPECT_DOUBLE_EQ(OverlappedTime(10, 12, 0.2), 12);
+  EXPECT_DOUBLE_EQ(OverlappedTime(10, 15, 0.2), 15);
+  // No slowdown: the larger of the two.
+  EXPECT_DOUBLE_EQ(OverlappedTime(10, 6, 0), 10);
+  EXPECT_DOUBLE_EQ(OverlappedTime(10, 15, 0), 15);
 }
 
 TEST_F(FrameworkCostTest, OverlappedGradReduceHidesBehindTheBackward) {
@@ -231,13 +251,35 @@ TEST_F(FrameworkCostTest, OverlappedGradReduceHidesBehindTheBackward) {
   // 4e6 bf16 gradients over the 100 Gb/s NIC: 0.68 ms exposed ...
   EXPECT_NEAR(exposed->breakdown.dp_sync_s,
               8.4e-6 + 2 * 9.6e-6 + 8e6 / (12.5 * 0.976 * 1e9), 1e-12);
-  // ... hidden by two thirds of the 12 ms stage.
+  // ... hidden by two thirds of the 12 ms stage, which it slows by
+  // 0.189 / 1.189 of its own length while it overlaps it.
   training.framework.overlap_grad_reduce = true;
   absl::StatusOr<Prediction> hidden = Build(cluster, training).Predict(plan);
   ASSERT_TRUE(hidden.ok()) << hidden.status();
-  EXPECT_EQ(hidden->breakdown.dp_sync_s, 0);
+  const double c = 0.189;
+  EXPECT_NEAR(hidden->breakdown.dp_sync_s,
+              exposed->breakdown.dp_sync_s * c / (1 + c), 1e-12);
   EXPECT_NEAR(exposed->iteration_time_s - hidden->iteration_time_s,
-              exposed->breakdown.dp_sync_s, 1e-12);
+              exposed->breakdown.dp_sync_s / (1 + c), 1e-12);
+}
+
+TEST_F(FrameworkCostTest, FsdpGathersSlowTheComputeTheyHideBehind) {
+  // Two FAST GPUs on two nodes: each micro-batch gathers the 4e6 16-bit
+  // weights twice through the 100 Gb/s NIC (12.2 GB/s achieved), 0.33 ms
+  // each, behind 12 ms of compute.
+  const Cluster cluster = MakeCluster(catalog_, {{kFast, 1}, {kFast, 1}});
+  Plan plan = OneStage(2);
+  plan.templates[0].placement = {{0, {0}}, {1, {0}}};
+  const double gather =
+      2 * (8.4e-6 + 9.6e-6 + 0.5 * 8e6 / (12.5 * 0.976 * 1e9));
+  const double c = 0.189;
+  EXPECT_NEAR(Build(cluster, With(FrameworkPreset::kFsdp)).StageTime(plan, 0, 0),
+              12 * kMs + gather * c / (1 + c), 1e-12);
+  CostParams none;
+  none.overlap_compute_slowdown = 0;
+  EXPECT_NEAR(Build(cluster, With(FrameworkPreset::kFsdp), none)
+                  .StageTime(plan, 0, 0),
+              12 * kMs, 1e-12);
 }
 
 TEST_F(FrameworkCostTest, PipelineSendsWithoutScatterGatherMoveTheWholeTensorPerRank) {
