@@ -23,6 +23,7 @@ import itertools
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -296,7 +297,7 @@ def main():
         except RuntimeError as e:
             return job, None, str(e)  # refused (the labels' runs cannot fit it)
         held = [(lab, err(r["after_s"], r["measured_s"])) for lab, r in rows.items() if r["set"] == "held-out"]
-        return job, [e for _, e in held], [lab for lab, e in held if abs(e) > 0.10]
+        return job, [e for _, e in held], {lab for lab, e in held if abs(e) <= 0.10}
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         choice_results = list(pool.map(run_choice, jobs))
@@ -368,7 +369,7 @@ def main():
         w = csv.writer(fh)
         w.writerow(["cluster", "fit_runs", "fitted_on", "held_out", "within_10pct", "held_out_mae"])
         for (name, k, combo, _), e, _ in choice_results:
-            if e:
+            if e is not None:
                 w.writerow([name, k, " | ".join(combo), len(e), sum(abs(x) <= 0.10 for x in e),
                             f"{sum(abs(x) for x in e) / len(e):.4f}"])
 
@@ -440,19 +441,15 @@ def main():
               "all <=10% | median held-out MAE | hardest run to fit on (median <=10% of its choices) | "
               "held out beyond 10% after every choice |")
     md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
-    med = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else 0.5 * sum(sorted(xs)[len(xs) // 2 - 1:len(xs) // 2 + 1])
+    med = statistics.median
     for name, f, doc, dev, path in choice_groups:
         for k in (1, 2):
-            res = [(job, e) for job, e, _ in choice_results if job[0] == name and job[1] == k and e]
-            refused = [x for job, e, x in choice_results if job[0] == name and job[1] == k and e is None]
-            # Runs outside 10% after every choice that holds them out.
-            missed = {}
-            for job, e, miss in choice_results:
-                if job[0] == name and job[1] == k and e is not None:
-                    for lab in [r["label"] for r in doc["runs"] if r["label"] not in job[2]]:
-                        missed.setdefault(lab, True)
-                        missed[lab] = missed[lab] and lab in miss
-            never = sorted(lab for lab, m in missed.items() if m)
+            mine = [(job, e, x) for job, e, x in choice_results if job[0] == name and job[1] == k]
+            res = [(job, e) for job, e, _ in mine if e is not None]
+            refused = [x for _, e, x in mine if e is None]
+            # Runs held out by some choice and within 10% after none.
+            held = {r["label"] for job, _ in res for r in doc["runs"] if r["label"] not in job[2]}
+            never = sorted(held - set().union(*(x for _, e, x in mine if e is not None)))
             if not res:
                 continue
             share = lambda e: sum(abs(x) <= 0.10 for x in e) / len(e)

@@ -15,12 +15,18 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+// What a collective of `comm_s` that compute covers adds: the compute it
+// overlaps stretches to its length (OverlappedTime).
+double HiddenCommCost(double comm_s, double slowdown) {
+  return comm_s * slowdown / (1 + slowdown);
+}
+
 }  // namespace
 
 double OverlappedTime(double compute_s, double comm_s, double slowdown) {
   if (comm_s <= 0) return compute_s;
   if (comm_s >= compute_s * (1 + slowdown)) return comm_s;
-  return compute_s + comm_s * slowdown / (1 + slowdown);
+  return compute_s + HiddenCommCost(comm_s, slowdown);
 }
 
 // Per-template work the balance and the pricing share: placement facts
@@ -107,12 +113,11 @@ absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
               (e->bwd_ms + attention_extra * e->attention_bwd_ms) * 1e-3 *
               compute_scale;
           // The exposed share of the TP collectives, plus the compute the
-          // hidden share slows while it overlaps it (OverlappedTime).
-          const double c_over = params.overlap_compute_slowdown;
+          // hidden share slows while it overlaps it.
+          const double exposed = fw.tp_comm_exposed_fraction;
           c.tp_comm_s = e->tp_comm_ms * 1e-3 *
-                        (fw.tp_comm_exposed_fraction +
-                         (1 - fw.tp_comm_exposed_fraction) * c_over /
-                             (1 + c_over)) *
+                        (exposed + HiddenCommCost(1 - exposed,
+                                                  params.overlap_compute_slowdown)) *
                         tp_comm_scale * topology_scale;
           c.params = static_cast<double>(e->param_count);
           const double act = static_cast<double>(e->activation_bytes);
