@@ -126,18 +126,22 @@ absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
                              kind == LayerKind::kMoeExperts;
           c.compute_s = c.fwd_s + bwd_s;
           c.activation_bytes = act;
+          c.full_activation_bytes = act;
           if (block && training.recompute == Recompute::kSelective) {
             c.compute_s += params.selective_recompute_fwd_fraction * c.fwd_s;
             c.activation_bytes = act * params.selective_activation_fraction;
           } else if (block && training.recompute == Recompute::kFull) {
-            // Keep only the block input (sequence-parallel shard); the
-            // forward runs again before the backward.
+            // Keep only the block input, 2·s·b·h (Korthikanti et al. 2022,
+            // Table 2): every TP rank holds all of it unless sequence
+            // parallelism shards it; the forward runs again before the
+            // backward.
+            const int input_shards = fw.sequence_parallel ? 1 << tl : 1;
             c.compute_s += c.fwd_s;
             c.activation_bytes =
                 kind == LayerKind::kMoeExperts
                     ? 0
                     : bytes16 * (1 << ml) * training.seq_len * model.hidden /
-                          (1 << tl);
+                          input_shards;
           }
         }
       }
@@ -408,10 +412,12 @@ StageMemory CostModel::MemoryWithParams(const Plan& plan, int t, int s,
   const int n_moe = model_.MoeLayersIn(st.layer_begin, st.layer_end);
   const int n_dense = st.num_layers() - n_moe;
   const double p_ne = params.non_expert, p_e = params.expert;
-  double act = 0, working = 0, extra_act = 0;
+  // `block_full`: the largest block's activations without recomputation.
+  double act = 0, block_full = 0, extra_act = 0;
   if (n_dense > 0) {
-    act += n_dense *
-           Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs).activation_bytes;
+    const LayerCost& c = Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs);
+    act += n_dense * c.activation_bytes;
+    block_full = c.full_activation_bytes;
   }
   if (n_moe > 0) {
     const LayerCost& a = Layer(LayerKind::kMoeAttention, st.gpu_type, st.tp, mbs);
@@ -419,13 +425,15 @@ StageMemory CostModel::MemoryWithParams(const Plan& plan, int t, int s,
         Layer(LayerKind::kMoeExperts, st.gpu_type, st.tiling.etp, mbs);
     const double scale = static_cast<double>(st.tiling.etp) / st.tp;
     act += n_moe * (a.activation_bytes + e.activation_bytes * scale);
+    block_full = std::max(block_full, a.full_activation_bytes +
+                                          e.full_activation_bytes * scale);
   }
-  if (training_.recompute == Recompute::kFull) {
-    // One block's full activations live while it is recomputed.
-    const double full_layer =
-        2.0 * mbs * training_.seq_len * model_.hidden * 17.0 / st.tp;
-    working = full_layer;
-  }
+  // Under full recomputation one block's activations are live while it is
+  // recomputed: the entry's own, so the attention kernel (an s x s score
+  // tensor when materialized) and what a TP group without sequence
+  // parallelism replicates count.
+  const double working =
+      training_.recompute == Recompute::kFull ? block_full : 0;
   if (s == 0) {
     extra_act +=
         Layer(LayerKind::kEmbedding, st.gpu_type, st.tp, mbs).activation_bytes;

@@ -52,6 +52,9 @@ struct LayerCost {
   double fwd_s = 0;          // forward alone (full recompute re-runs it)
   double tp_comm_s = 0;      // fwd + bwd TP collectives
   double activation_bytes = 0;  // held per in-flight micro-batch
+  // The block's activations without recomputation: what full recomputation
+  // rebuilds, and holds while that block's backward runs.
+  double full_activation_bytes = 0;
   double params = 0;         // parameters held per GPU
 };
 

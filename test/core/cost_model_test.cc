@@ -250,18 +250,46 @@ TEST_F(CostModelTest, MemoryAccountingFollowsTheFormulas) {
   EXPECT_NEAR(m1.activations_gib, 1 * 1 * 200.0 / 1024, 1e-12);
 
   // Full recomputation keeps only each layer's 2-byte input (2 x 1024 x 1024
-  // x mbs 2 = 4 MiB) plus one layer's working set while recomputing.
+  // x mbs 2 = 4 MiB) plus one layer's activations while it is recomputed
+  // (the entry's 200 MiB at mbs 2).
   training.recompute = Recompute::kFull;
   training.distributed_optimizer = false;
   CostModel full = Build(cluster, training);
   StageMemory f0 = full.StageMemoryOf(plan, 0, 0);
-  const double working = 2.0 * 2 * 1024 * 1024 * 17;
+  const double working = 200.0 * (1 << 20);
   EXPECT_NEAR(f0.activations_gib,
               (2 * 3 * 4.0 * (1 << 20) + working) / (1 << 30), 1e-12);
   EXPECT_NEAR(f0.weights_gib, 3e6 * 16 / (1 << 30), 1e-12);
   // ...and runs the forward twice: 3 layers x (2 + 4 + 2) ms at mbs 2.
   EXPECT_NEAR(full.StageTime(plan, 0, 0) - 2 * (4.0 * 1024 * 1024 / 100e9 + 20e-6),
               3 * 8 * kMs, 1e-12);
+}
+
+TEST_F(CostModelTest, FullRecomputeKeepsTheWholeInputWithoutSequenceParallel) {
+  // One stage of 4 layers at TP 2, micro-batch 2, full recomputation. The
+  // block input is 2 B x 2 x 1024 x 1024 = 4 MiB; with sequence parallelism
+  // each TP rank keeps its 2 MiB shard, without it all 4 MiB. While a block
+  // is recomputed its activations without recomputation are live: the
+  // entry's 100 MiB x 2 / 2 either way.
+  Cluster cluster = MakeCluster(catalog_, {{kFast, 2}});
+  Plan plan;
+  Template t;
+  t.stages = {MakeStage(kFast, 2, 0, 4)};
+  t.replicas = 1;
+  t.micro_batch_size = 2;
+  t.total_micro_batches = 4;
+  t.placement = {{0, {0, 1}}};
+  plan.templates = {t};
+  TrainingConfig training = testing::ToyTraining();
+  training.recompute = Recompute::kFull;
+  const double mib = 1 << 20, working = 100 * mib;
+  CostModel sp = Build(cluster, training);
+  EXPECT_NEAR(sp.StageMemoryOf(plan, 0, 0).activations_gib,
+              (4 * 2 * mib + working) / (1 << 30), 1e-12);
+  training.framework.sequence_parallel = false;
+  CostModel no_sp = Build(cluster, training);
+  EXPECT_NEAR(no_sp.StageMemoryOf(plan, 0, 0).activations_gib,
+              (4 * 4 * mib + working) / (1 << 30), 1e-12);
 }
 
 TEST_F(CostModelTest, OutOfMemoryIsReportedWithTheStage) {
