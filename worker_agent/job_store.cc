@@ -1,4 +1,8 @@
+// c10d's Gloo backend headers need it (Debian libtorch); Torch's own compile
+// flags may define it already.
+#ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO
+#endif
 #include "worker_agent/job_store.h"
 
 #include <chrono>

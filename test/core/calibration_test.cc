@@ -359,9 +359,10 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
   const GpuType& l4 = catalog->type(*catalog->IndexOf("L4"));
   for (const GpuFit& g : report->gpus) {
     EXPECT_LT(shipped->For(t4).gemm_eff_max, g.params.gemm_eff_max) << g.gpu_id;
-    if (g.gpu_id != "P100")
+    if (g.gpu_id != "P100") {
       EXPECT_LT(shipped->For(l4).gemm_eff_max, g.params.gemm_eff_max)
           << g.gpu_id;
+    }
   }
   // The doc's old-vs-derived examples: the power-limited parts and MI300X
   // get markedly slower under the derived rule than the copy gave them.
@@ -374,8 +375,9 @@ TEST(ShippedCalibration, ReproducesJsonAndDocs) {
     EXPECT_EQ(e.mapping_source, report->old_mapping.at(e.gpu_id));
     EXPECT_GT(e.mapping_ms, 0);
     EXPECT_GT(e.derived_ms, 0);
-    if (e.gpu_id == "T4" || e.gpu_id == "L4" || e.gpu_id == "MI300X")
+    if (e.gpu_id == "T4" || e.gpu_id == "L4" || e.gpu_id == "MI300X") {
       EXPECT_GT(e.derived_ms, 1.2 * e.mapping_ms);
+    }
   }
   // The doc says which rule ships and why.
   EXPECT_THAT(doc, HasSubstr("The shipped default, `profiles/calibration.json`, "

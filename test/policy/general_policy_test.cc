@@ -96,7 +96,9 @@ TEST(GeneralPolicyTest, BothLayoutsGiveDistributionsOverTheLegalActions) {
     net->ActionProbabilities(env, absl::MakeSpan(p));
     double sum = 0;
     for (size_t a = 0; a < p.size(); ++a) {
-      if (!env.LegalMask()[a]) EXPECT_EQ(p[a], 0);
+      if (!env.LegalMask()[a]) {
+        EXPECT_EQ(p[a], 0);
+      }
       sum += p[a];
     }
     EXPECT_NEAR(sum, 1, 1e-5);

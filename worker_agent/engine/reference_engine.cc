@@ -1,6 +1,8 @@
 // The reference engine. Only this file (and job_store.cc) of the agent
 // includes LibTorch.
+#ifndef USE_C10D_GLOO  // Torch's own compile flags may define it already.
 #define USE_C10D_GLOO
+#endif
 #include "worker_agent/engine/reference_engine.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
