@@ -17,6 +17,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -68,6 +69,22 @@ struct InputFlags {
   double measured_iteration_s = 0;
   double measured_peak_gib = 0;
 };
+
+// A measured quantity: a finite number > 0. CLI11's PositiveNumber lets
+// "nan" through (and the measurement was then silently ignored) and words
+// its error as a range up to DBL_MAX written out in full.
+CLI::Validator PositiveMeasurement() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double v = 0;
+        if (absl::SimpleAtod(text, &v) && std::isfinite(v) && v > 0) {
+          return "";
+        }
+        return absl::StrCat("must be a finite number > 0, got \"", text,
+                            "\"");
+      },
+      "NUMBER > 0");
+}
 
 void AddInputFlags(CLI::App* cmd, InputFlags* f) {
   cmd->add_option("--model", f->model,
@@ -973,11 +990,11 @@ int RunCli(int argc, const char* const* argv, std::ostream& out,
   evaluate->add_option("--measured-iteration-s", eval_flags.measured_iteration_s,
                        "measured iteration time: print the prediction's "
                        "relative error against it")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveMeasurement());
   evaluate->add_option("--measured-peak-gib", eval_flags.measured_peak_gib,
                        "measured peak memory per GPU (GiB): print the "
                        "prediction's relative error against it")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveMeasurement());
 
   CLI::App* profile = app.add_subcommand("profile", "profile entries");
   profile->require_subcommand(1);

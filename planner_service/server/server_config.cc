@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "CLI/CLI.hpp"
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "planner_service/io/config_file.h"
@@ -12,12 +13,21 @@
 namespace arachne {
 namespace {
 
+constexpr absl::string_view kCommandLine = "command line";
+
 // "<source>: <field>: <message>", or "<field>: <message>" without a source.
+// On the command line the field is named as the user typed it, as a flag
+// (max_budget_s -> --max-budget-s).
 absl::Status ValueError(absl::string_view source, absl::string_view field,
                         absl::string_view message) {
+  std::string name(field);
+  if (source == kCommandLine) {
+    absl::c_replace(name, '_', '-');
+    name = absl::StrCat("--", name);
+  }
   return absl::InvalidArgumentError(
-      source.empty() ? absl::StrCat(field, ": ", message)
-                     : absl::StrCat(source, ": ", field, ": ", message));
+      source.empty() ? absl::StrCat(name, ": ", message)
+                     : absl::StrCat(source, ": ", name, ": ", message));
 }
 
 // Seconds: finite and > 0, or >= 0 when `zero_ok`. The protobuf JSON
@@ -215,30 +225,25 @@ ServerFlags::ServerFlags(CLI::App& app) {
       "$ARACHNE_POLICIES_DIR, else the shipped profiles/policies)");
   workers_opt_ = app.add_option("--workers", workers_,
                                 "threads running Plan/Evaluate/Replan")
-                     ->capture_default_str()
-                     ->check(CLI::PositiveNumber);
+                     ->capture_default_str();
   max_in_flight_opt_ =
       app.add_option("--max-in-flight", max_in_flight_,
                      "Plan/Evaluate/Replan calls admitted at once; more "
                      "answer RESOURCE_EXHAUSTED")
-          ->capture_default_str()
-          ->check(CLI::PositiveNumber);
+          ->capture_default_str();
   default_budget_s_opt_ =
       app.add_option("--default-budget-s", default_budget_s_,
                      "search budget when a request gives none, for the "
                      "search planners (learned, template-search and the "
                      "default planner take 0.9 s)")
-          ->capture_default_str()
-          ->check(CLI::PositiveNumber);
+          ->capture_default_str();
   max_budget_s_opt_ = app.add_option("--max-budget-s", max_budget_s_,
                                      "cap on any request's budget")
-                          ->capture_default_str()
-                          ->check(CLI::PositiveNumber);
+                          ->capture_default_str();
   grace_s_opt_ =
       app.add_option("--grace-s", grace_s_,
                      "on SIGTERM/SIGINT, time calls in flight get to finish")
-          ->capture_default_str()
-          ->check(CLI::NonNegativeNumber);
+          ->capture_default_str();
   tls_cert_opt_ = app.add_option("--tls-cert", tls_cert_,
                                  "server certificate chain (PEM); enables TLS");
   tls_key_opt_ = app.add_option("--tls-key", tls_key_,
@@ -282,7 +287,7 @@ absl::StatusOr<ServerSettings> ServerFlags::Settings() const {
     file = *std::move(loaded);
   }
   const v1::ServerConfig given = Given();
-  if (absl::Status s = CheckServerConfigValues(given, "command line");
+  if (absl::Status s = CheckServerConfigValues(given, kCommandLine);
       !s.ok()) {
     return s;
   }

@@ -14,7 +14,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -228,6 +231,24 @@ TEST(CalibrateCliTest, CalibrationAppliesInEvaluate) {
   ASSERT_EQ(m.code, 0) << m.err;
   EXPECT_THAT(m.out, HasSubstr("error -9.1%"));
   EXPECT_THAT(m.err, Not(HasSubstr("measured")));
+  // A measurement that is not a finite number > 0 is refused, naming the
+  // flag and the value; nothing is printed as if it had not been given.
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--measured-iteration-s", "-3"},
+           {"--measured-iteration-s", "0"},
+           {"--measured-iteration-s", "nan"},
+           {"--measured-peak-gib", "inf"},
+           {"--measured-peak-gib", "lots"}}) {
+    std::vector<std::string> bad = with;
+    bad.insert(bad.end(), {flag, value});
+    CliRun r = Cli(bad);
+    EXPECT_EQ(r.code, 2) << flag << " " << value;
+    EXPECT_EQ(r.err, absl::StrCat("error: ", flag,
+                                  ": must be a finite number > 0, got \"",
+                                  value, "\"\n"))
+        << flag << " " << value;
+    EXPECT_EQ(r.out, "") << flag << " " << value;
+  }
 }
 
 TEST(CalibrateCliTest, FrameworkSetWinsOverTheCalibration) {

@@ -78,14 +78,16 @@ TEST(PlannerProcessTest, UnusableListenAddressExitsTwoWithTheReason) {
     const Exit e = RunPlanner({"--listen", c.listen});
     EXPECT_FALSE(e.signalled) << c.listen << ": " << e.err;
     EXPECT_EQ(e.code, 2) << c.listen << ": " << e.err;
-    EXPECT_THAT(e.err, HasSubstr(c.message)) << c.listen;
+    EXPECT_THAT(e.err, HasSubstr(absl::StrCat("command line: --", c.message)))
+        << c.listen;
   }
   // The same check on the health port's address.
   const Exit health = RunPlanner(
       {"--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:70000"});
   EXPECT_EQ(health.code, 2) << health.err;
-  EXPECT_THAT(health.err, HasSubstr("health_listen: the port must be a number "
-                                    "in 0..65535"));
+  EXPECT_THAT(health.err,
+              HasSubstr("command line: --health-listen: the port must be a "
+                        "number in 0..65535"));
 }
 
 TEST(PlannerProcessTest, AddressThatCannotBeBoundExitsTwoNotASegfault) {

@@ -206,6 +206,33 @@ TEST_F(ServerConfigTest, BadValuesNameTheFieldAndTheValue) {
   }
 }
 
+TEST_F(ServerConfigTest, BadFlagValuesNameTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{{"--workers", "-1"},
+                "command line: --workers: must be an integer >= 1, got -1"},
+           Case{{"--max-in-flight", "0"},
+                "command line: --max-in-flight: must be an integer >= 1, "
+                "got 0"},
+           Case{{"--default-budget-s", "0"},
+                "command line: --default-budget-s: must be > 0, got 0"},
+           Case{{"--max-budget-s", "inf"},
+                "command line: --max-budget-s: must be > 0, got inf"},
+           Case{{"--grace-s", "nan"},
+                "command line: --grace-s: must be >= 0, got nan"},
+           Case{{"--grace-s", "-0.5"},
+                "command line: --grace-s: must be >= 0, got -0.5"},
+       }) {
+    absl::StatusOr<ServerSettings> s = FromArgs(c.args);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.args[0];
+    EXPECT_EQ(s.status().message(), c.message) << c.args[0];
+  }
+}
+
 TEST_F(ServerConfigTest, ErrorsAcrossFileAndFlagsNameBothFields) {
   const std::string path =
       Write("planner.yaml", "workers: 8\nmax_in_flight: 16\n");
