@@ -233,7 +233,8 @@ TEST(CalibrateCliTest, CalibrationAppliesInEvaluate) {
   EXPECT_THAT(m.err, Not(HasSubstr("measured")));
   // A measurement that is not a finite number > 0 is refused, naming the
   // flag and the value; nothing is printed as if it had not been given.
-  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+  using FlagValue = std::pair<std::string, std::string>;
+  for (const auto& [flag, value] : std::vector<FlagValue>{
            {"--measured-iteration-s", "-3"},
            {"--measured-iteration-s", "0"},
            {"--measured-iteration-s", "nan"},
