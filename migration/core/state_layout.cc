@@ -26,6 +26,40 @@ absl::string_view StateKindName(StateKind k) {
   return "?";
 }
 
+absl::StatusOr<StateKind> StateKindFromName(absl::string_view name,
+                                            absl::string_view field) {
+  for (int k = 0; k < kNumStateKinds; ++k) {
+    if (StateKindName(static_cast<StateKind>(k)) == name) {
+      return static_cast<StateKind>(k);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": must be weight, master, adam_m, adam_v or scalars, got \"",
+      name.substr(0, 64), "\""));
+}
+
+absl::string_view TpSplitName(TpSplit s) {
+  switch (s) {
+    case TpSplit::kReplicated:
+      return "replicated";
+    case TpSplit::kColumn:
+      return "column";
+    case TpSplit::kRow:
+      return "row";
+  }
+  return "?";
+}
+
+absl::StatusOr<TpSplit> TpSplitFromName(absl::string_view name,
+                                        absl::string_view field) {
+  for (TpSplit s : {TpSplit::kReplicated, TpSplit::kColumn, TpSplit::kRow}) {
+    if (TpSplitName(s) == name) return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": must be replicated, column or row, got \"",
+                   name.substr(0, 64), "\""));
+}
+
 int BytesPerElement(StateKind k) {
   switch (k) {
     case StateKind::kWeight:
@@ -197,6 +231,72 @@ absl::StatusOr<ModelState> ModelState::Create(
                    .shape = {options.training_scalars},
                    .split = TpSplit::kReplicated});
   }
+  return state;
+}
+
+absl::StatusOr<ModelState> ModelState::FromTensors(
+    const ModelSpec& model, std::vector<TensorSpec> tensors) {
+  if (absl::Status s = model.Validate(); !s.ok()) return s;
+  if (tensors.empty() || tensors.size() > static_cast<size_t>(kMaxTensors)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensors: must list 1 to ", kMaxTensors, " tensors, got ",
+                     tensors.size()));
+  }
+  const int experts = model.moe.num_experts;
+  absl::flat_hash_set<std::string> names;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorSpec& t = tensors[i];
+    const std::string at = absl::StrCat("tensors[", i, "]");
+    if (t.name.empty() || t.name.size() > static_cast<size_t>(kMaxTensorName)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ".name: must have 1 to ", kMaxTensorName,
+                       " characters, got ", t.name.size()));
+    }
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".name: \"", t.name, "\" is listed twice"));
+    }
+    if (t.layer < kEveryGpuLayer || t.layer >= model.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".layer: must be in [", kEveryGpuLayer, ", ", model.num_layers,
+          ") for this model, got ", t.layer));
+    }
+    if (t.expert < -1 || t.expert >= std::max(experts, 0) ||
+        (t.expert >= 0 && t.layer < 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".expert: must be -1, or a routed expert in [0, ", experts,
+          ") of a transformer block, got ", t.expert, " (layer ", t.layer,
+          ")"));
+    }
+    if (t.shape.empty() || t.shape.size() > 8) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".shape: must have 1 to 8 dimensions, got ", t.shape.size()));
+    }
+    int64_t elements = 1;
+    for (int64_t d : t.shape) {
+      if (d < 1 || d > (int64_t{1} << 40) || elements > (int64_t{1} << 40) / d) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ".shape: every dimension must be >= 1 and the "
+                             "tensor at most 2^40 elements, got a dimension ",
+                         d));
+      }
+      elements *= d;
+    }
+    if (t.split == TpSplit::kRow && t.shape.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".tp_split: row splits a 2-D [out, in] tensor, got ",
+          t.shape.size(), " dimensions"));
+    }
+    if (t.kind == StateKind::kScalars &&
+        (t.layer != kEveryGpuLayer || t.split != TpSplit::kReplicated)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".kind: scalars are held by every GPU (layer ", kEveryGpuLayer,
+          ", replicated), got layer ", t.layer, ", ", TpSplitName(t.split)));
+    }
+  }
+  ModelState state;
+  state.model_ = model;
+  state.tensors_ = std::move(tensors);
   return state;
 }
 

@@ -40,6 +40,9 @@ namespace arachne::migration {
 enum class StateKind { kWeight, kMasterWeight, kAdamM, kAdamV, kScalars };
 inline constexpr int kNumStateKinds = 5;
 absl::string_view StateKindName(StateKind k);  // "weight", "master", ...
+// The kind a StateKindName names; InvalidArgument naming `field` otherwise.
+absl::StatusOr<StateKind> StateKindFromName(absl::string_view name,
+                                            absl::string_view field);
 // 2 for the bf16/fp16 weight, 4 for the fp32 master weight and moments, 8
 // for the int64 scalars.
 int BytesPerElement(StateKind k);
@@ -50,6 +53,9 @@ enum class TpSplit {
   kColumn,      // split on dim 0 (output features, vocabulary rows)
   kRow,         // split on dim 1 (input features); stored transposed
 };
+absl::string_view TpSplitName(TpSplit s);  // "replicated", "column", "row"
+absl::StatusOr<TpSplit> TpSplitFromName(absl::string_view name,
+                                        absl::string_view field);
 
 // Half-open byte interval [begin, end) of a tensor in canonical order.
 struct ByteRange {
@@ -97,6 +103,19 @@ class ModelState {
   // InvalidArgument (from ModelSpec::Validate) for an inconsistent model.
   static absl::StatusOr<ModelState> Create(
       const ModelSpec& model, const ModelStateOptions& options = {});
+  // The state an engine describes (the engine protocol's Describe): its own
+  // tensors for `model`, in its order. InvalidArgument naming
+  // "tensors[i].<field>" for a tensor no plan could place: an empty or
+  // repeated name (at most kMaxTensorName characters), a layer outside
+  // [kEveryGpuLayer, model.num_layers), an expert outside
+  // [-1, model.moe.num_experts) or set outside a block, a shape that is
+  // empty, has a dimension < 1 or more than 2^40 elements, a row split of a
+  // tensor that is not 2-D, scalars that are not replicated on every GPU;
+  // or no tensors, or more than kMaxTensors.
+  static absl::StatusOr<ModelState> FromTensors(const ModelSpec& model,
+                                                std::vector<TensorSpec> tensors);
+  static constexpr int kMaxTensors = 10'000'000;
+  static constexpr int kMaxTensorName = 512;
   ModelState() = default;
 
   const ModelSpec& model() const { return model_; }

@@ -1,6 +1,9 @@
 #include "migration/core/state_layout.h"
 
+#include <functional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -78,6 +81,74 @@ TEST(ModelStateTest, GeluAndMlaCountsMatchTheModel) {
   auto s2 = ModelState::Create(mla);
   ASSERT_TRUE(s2.ok()) << s2.status();
   EXPECT_EQ(s2->TotalParams(), mla.TotalParams());
+}
+
+TEST(ModelStateTest, FromTensorsKeepsAnEnginesOwnList) {
+  const ModelState created = *ModelState::Create(TinyMoeModel(), {.training_scalars = 3});
+  absl::StatusOr<ModelState> same =
+      ModelState::FromTensors(TinyMoeModel(), created.tensors());
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->num_tensors(), created.num_tensors());
+  EXPECT_EQ(same->TotalBytes(), created.TotalBytes());
+  EXPECT_EQ(same->TotalParams(), created.TotalParams());
+  // Another engine's list, in its own order, is taken as it is.
+  std::vector<TensorSpec> reversed(created.tensors().rbegin(),
+                                   created.tensors().rend());
+  absl::StatusOr<ModelState> other =
+      ModelState::FromTensors(TinyMoeModel(), reversed);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->tensor(0).name, "train_state:scalars");
+}
+
+TEST(ModelStateTest, FromTensorsNamesTheFieldOfAnUnplaceableTensor) {
+  const ModelState created = *ModelState::Create(TinyMoeModel(), {.training_scalars = 3});
+  auto error = [&](const std::function<void(std::vector<TensorSpec>&)>& edit) {
+    std::vector<TensorSpec> t = created.tensors();
+    edit(t);
+    absl::StatusOr<ModelState> s = ModelState::FromTensors(TinyMoeModel(), t);
+    return s.ok() ? std::string("ok") : std::string(s.status().message());
+  };
+  EXPECT_EQ(error([](auto& t) { t.clear(); }),
+            "tensors: must list 1 to 10000000 tensors, got 0");
+  EXPECT_EQ(error([](auto& t) { t[1].name = ""; }),
+            "tensors[1].name: must have 1 to 512 characters, got 0");
+  EXPECT_EQ(error([](auto& t) { t[2].name = t[0].name; }),
+            "tensors[2].name: \"embedding.weight:weight\" is listed twice");
+  EXPECT_EQ(error([](auto& t) { t[3].layer = 4; }),
+            "tensors[3].layer: must be in [-3, 4) for this model, got 4");
+  EXPECT_EQ(error([](auto& t) { t[3].expert = 8; }),
+            "tensors[3].expert: must be -1, or a routed expert in [0, 4) of a "
+            "transformer block, got 8 (layer -1)");
+  EXPECT_EQ(error([](auto& t) { t[4].shape = {64, 0}; }),
+            "tensors[4].shape: every dimension must be >= 1 and the tensor at "
+            "most 2^40 elements, got a dimension 0");
+  EXPECT_EQ(error([](auto& t) { t[4].shape = {}; }),
+            "tensors[4].shape: must have 1 to 8 dimensions, got 0");
+  EXPECT_EQ(error([](auto& t) {
+              t[4].shape = {64};
+              t[4].split = TpSplit::kRow;
+            }),
+            "tensors[4].tp_split: row splits a 2-D [out, in] tensor, got 1 "
+            "dimensions");
+  EXPECT_EQ(error([](auto& t) { t.back().layer = 0; }),
+            "tensors[" + std::to_string(created.num_tensors() - 1) +
+                "].kind: scalars are held by every GPU (layer -3, "
+                "replicated), got layer 0, replicated");
+}
+
+TEST(ModelStateTest, KindAndSplitNamesReadBack) {
+  for (int k = 0; k < kNumStateKinds; ++k) {
+    const StateKind kind = static_cast<StateKind>(k);
+    EXPECT_EQ(*StateKindFromName(StateKindName(kind), "kind"), kind);
+  }
+  for (TpSplit s : {TpSplit::kReplicated, TpSplit::kColumn, TpSplit::kRow}) {
+    EXPECT_EQ(*TpSplitFromName(TpSplitName(s), "split"), s);
+  }
+  EXPECT_EQ(StateKindFromName("fp8", "t.kind").status().message(),
+            "t.kind: must be weight, master, adam_m, adam_v or scalars, got "
+            "\"fp8\"");
+  EXPECT_EQ(TpSplitFromName("diagonal", "t.tp_split").status().message(),
+            "t.tp_split: must be replicated, column or row, got \"diagonal\"");
 }
 
 TEST(PlanLayoutTest, TwoStagePipelineExactBytes) {
