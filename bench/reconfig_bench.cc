@@ -28,6 +28,11 @@
 // one buffer). ratio = migration GB/s / baseline GB/s (target >= 0.8);
 // non_xfer_s = downtime - (stage 1 + stage 2) (target < 1 s).
 //
+// Each join runs twice (processes:0 / :1): the ranks as threads of
+// NodeRuntime in this process, and as arachne-engine processes under an
+// EngineSupervisor, so the process boundary's cost per phase is the
+// difference (peak_GB then sums the engines' own peaks).
+//
 // Run:
 //   build/bench/reconfig_bench --benchmark_counters_tabular=true
 // Results and the paper's figures beside them: bench/results/reconfig.md.
@@ -64,6 +69,7 @@
 #include "planner_service/io/gpu_catalog_io.h"
 #include "worker_agent/engine/reference_engine.h"
 #include "worker_agent/job_store.h"
+#include "worker_agent/engine_supervisor.h"
 #include "worker_agent/node_runtime.h"
 
 namespace arachne::agent {
@@ -150,8 +156,8 @@ Plan Pipeline(const GpuCatalog& catalog, int layers,
 
 // Runs fn on every node at once (each phase is a collective across nodes)
 // and returns the first error, prefixed by the node.
-absl::Status OnNodes(const std::vector<NodeRuntime*>& nodes,
-                     const std::function<absl::Status(NodeRuntime&)>& fn) {
+absl::Status OnNodes(const std::vector<NodeRanks*>& nodes,
+                     const std::function<absl::Status(NodeRanks&)>& fn) {
   std::vector<absl::Status> st(nodes.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -181,7 +187,11 @@ struct SwitchTiming {
 // The controller's part of a job: nodes, store, generations.
 class SwitchDriver {
  public:
-  SwitchDriver(JobSpec job, GpuCatalog catalog, const Cluster& nodes)
+  // `processes`: every rank an arachne-engine process under an
+  // EngineSupervisor (what arachne-agent runs); else ranks as threads of
+  // NodeRuntime in this process (arachne-agent --in-process-ranks).
+  SwitchDriver(JobSpec job, GpuCatalog catalog, const Cluster& nodes,
+               bool processes)
       : job_(std::move(job)), catalog_(std::move(catalog)) {
     absl::StatusOr<std::unique_ptr<JobStoreServer>> server =
         JobStoreServer::Start("127.0.0.1", 0);
@@ -192,22 +202,33 @@ class SwitchDriver {
       gpus.node = n.name;
       gpus.gpu_type = n.gpu_type;
       gpus.count = n.num_gpus;
-      runtimes_[n.name] = std::make_unique<NodeRuntime>(gpus, catalog_);
+      if (processes) {
+        EngineSupervisorConfig config;
+        config.command = {std::string(ARACHNE_BINARY_DIR) +
+                          "/worker_agent/arachne-engine"};
+        config.start_timeout = absl::Seconds(120);
+        absl::StatusOr<std::unique_ptr<EngineSupervisor>> s =
+            EngineSupervisor::Start(gpus, catalog_, std::move(config));
+        CHECK(s.ok()) << s.status();
+        runtimes_[n.name] = *std::move(s);
+      } else {
+        runtimes_[n.name] = std::make_unique<NodeRuntime>(gpus, catalog_);
+      }
     }
   }
 
   absl::Status Start(const Plan& plan, const Cluster& cluster) {
     PrepareArgs args = Args(1, plan, cluster);
-    const std::vector<NodeRuntime*> nodes = In(cluster);
-    absl::Status s = OnNodes(nodes, [&](NodeRuntime& n) {
+    const std::vector<NodeRanks*> nodes = In(cluster);
+    absl::Status s = OnNodes(nodes, [&](NodeRanks& n) {
       return n.Prepare(args).status();
     });
     if (s.ok()) {
-      s = OnNodes(nodes, [&](NodeRuntime& n) {
+      s = OnNodes(nodes, [&](NodeRanks& n) {
         return n.Rebuild(1, kPhaseTimeout);
       });
     }
-    if (s.ok()) s = OnNodes(nodes, [](NodeRuntime& n) { return n.Commit(1); });
+    if (s.ok()) s = OnNodes(nodes, [](NodeRanks& n) { return n.Commit(1); });
     if (!s.ok()) return s;
     generation_ = 1;
     plan_ = plan;
@@ -218,8 +239,8 @@ class SwitchDriver {
   // Trains the current plan until iteration `until` and waits for it (the
   // ranks then stop at that boundary). Returns the last iteration's seconds.
   absl::StatusOr<double> TrainUntil(int64_t until) {
-    const std::vector<NodeRuntime*> nodes = In(cluster_);
-    if (absl::Status s = OnNodes(nodes, [&](NodeRuntime& n) {
+    const std::vector<NodeRanks*> nodes = In(cluster_);
+    if (absl::Status s = OnNodes(nodes, [&](NodeRanks& n) {
           return n.Resume(generation_, until);
         });
         !s.ok()) {
@@ -229,7 +250,7 @@ class SwitchDriver {
     while (absl::Now() < deadline) {
       bool done = true;
       double seconds = 0;
-      for (NodeRuntime* n : nodes) {
+      for (NodeRanks* n : nodes) {
         const NodeStatus st = n->Status();
         for (const RankStatus& r : st.ranks) {
           if (!r.error.empty()) return absl::UnavailableError(r.error);
@@ -251,7 +272,7 @@ class SwitchDriver {
 
   double last_loss() const {
     double loss = 0;
-    for (NodeRuntime* n : In(cluster_)) {
+    for (NodeRanks* n : In(cluster_)) {
       for (const RankStatus& r : n->Status().ranks) {
         if (r.in_plan && r.loss != 0) loss = r.loss;
       }
@@ -268,10 +289,10 @@ class SwitchDriver {
     PrepareArgs args = Args(next, plan, cluster);
     args.old_plan = plan_;
     args.old_cluster = cluster_;
-    const std::vector<NodeRuntime*> nodes = In(cluster);
-    const std::vector<NodeRuntime*> old_nodes = In(cluster_);
+    const std::vector<NodeRanks*> nodes = In(cluster);
+    const std::vector<NodeRanks*> old_nodes = In(cluster_);
     auto abort = [&](absl::Status why) -> absl::Status {
-      absl::Status s = OnNodes(nodes, [&](NodeRuntime& n) {
+      absl::Status s = OnNodes(nodes, [&](NodeRanks& n) {
         return n.Abort(next);
       });
       LOG_IF(ERROR, !s.ok()) << "abort failed: " << s;
@@ -286,7 +307,7 @@ class SwitchDriver {
     };
     std::vector<int64_t> to_receive(nodes.size());
     absl::Status s = timed(&t.prepare_s, [&]() {
-      return OnNodes(nodes, [&](NodeRuntime& n) -> absl::Status {
+      return OnNodes(nodes, [&](NodeRanks& n) -> absl::Status {
         absl::StatusOr<PrepareResult> r = n.Prepare(args);
         if (!r.ok()) return r.status();
         const size_t i = std::find(nodes.begin(), nodes.end(), &n) - nodes.begin();
@@ -299,31 +320,31 @@ class SwitchDriver {
 
     const absl::Time down = absl::Now();
     s = timed(&t.pause_s, [&]() {
-      return OnNodes(old_nodes, [&](NodeRuntime& n) {
+      return OnNodes(old_nodes, [&](NodeRanks& n) {
         return n.Pause(next, 0, kPhaseTimeout).status();
       });
     });
     if (!s.ok()) return abort(s);
     s = timed(&t.stage1_s, [&]() {
-      return OnNodes(nodes, [&](NodeRuntime& n) {
-        return n.Migrate(next, 1, kPhaseTimeout);
+      return OnNodes(nodes, [&](NodeRanks& n) {
+        return n.Migrate(next, 1, kPhaseTimeout, absl::ZeroDuration());
       });
     });
     if (!s.ok()) return abort(s);
     s = timed(&t.stage2_s, [&]() {
-      return OnNodes(nodes, [&](NodeRuntime& n) {
-        return n.Migrate(next, 2, kPhaseTimeout);
+      return OnNodes(nodes, [&](NodeRanks& n) {
+        return n.Migrate(next, 2, kPhaseTimeout, absl::ZeroDuration());
       });
     });
     if (!s.ok()) return abort(s);
     s = timed(&t.load_s, [&]() {
-      return OnNodes(nodes, [&](NodeRuntime& n) {
+      return OnNodes(nodes, [&](NodeRanks& n) {
         return n.Rebuild(next, kPhaseTimeout);
       });
     });
     if (!s.ok()) return abort(s);
     s = timed(&t.commit_s, [&]() {
-      return OnNodes(nodes, [&](NodeRuntime& n) { return n.Commit(next); });
+      return OnNodes(nodes, [&](NodeRanks& n) { return n.Commit(next); });
     });
     // After every node rebuilt, a failed commit is a bug of the runtime.
     CHECK(s.ok()) << s;
@@ -332,14 +353,14 @@ class SwitchDriver {
     cluster_ = cluster;
     // Only the new plan's nodes resume (a drained node would have nothing).
     s = timed(&t.resume_s, [&]() {
-      return OnNodes(In(cluster_), [&](NodeRuntime& n) {
+      return OnNodes(In(cluster_), [&](NodeRanks& n) {
         return n.Resume(next, resume_until);
       });
     });
     if (!s.ok()) return s;
     t.downtime_s = absl::ToDoubleSeconds(absl::Now() - down);
 
-    for (NodeRuntime* n : nodes) {
+    for (NodeRanks* n : nodes) {
       const NodeStatus st = n->Status();
       t.groups_s = std::max(t.groups_s, st.rebuild_groups.seconds);
       t.stage1_bytes += st.stage1.bytes_received;
@@ -363,6 +384,20 @@ class SwitchDriver {
   }
   static void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
+  // With engine processes: the sum of their peaks (each reports its own);
+  // with in-process ranks, this process's.
+  int64_t PeakBytes() const {
+    int64_t sum = 0;
+    bool engines = false;
+    for (const auto& [name, n] : runtimes_) {
+      for (const RankStatus& r : n->Status().ranks) {
+        if (r.engine_pid > 0) engines = true;
+        sum += r.peak_rss_bytes;
+      }
+    }
+    return engines ? sum : PeakRssBytes();
+  }
+
  private:
   PrepareArgs Args(int64_t generation, const Plan& plan,
                    const Cluster& cluster) {
@@ -375,8 +410,8 @@ class SwitchDriver {
     return a;
   }
 
-  std::vector<NodeRuntime*> In(const Cluster& c) const {
-    std::vector<NodeRuntime*> v;
+  std::vector<NodeRanks*> In(const Cluster& c) const {
+    std::vector<NodeRanks*> v;
     for (const Node& n : c.nodes()) v.push_back(runtimes_.at(n.name).get());
     return v;
   }
@@ -384,7 +419,7 @@ class SwitchDriver {
   JobSpec job_;
   GpuCatalog catalog_;
   std::unique_ptr<JobStoreServer> server_;  // outlives the runtimes
-  std::map<std::string, std::unique_ptr<NodeRuntime>> runtimes_;
+  std::map<std::string, std::unique_ptr<NodeRanks>> runtimes_;
   int64_t generation_ = 0;
   Plan plan_;
   Cluster cluster_;
@@ -464,8 +499,10 @@ enum class JoinShape {
 };
 
 // range(0): the target state per rank of the old plan, in MB.
+// range(1): 1 = ranks as engine processes, 0 = threads of this process.
 void RunJoin(benchmark::State& st, JoinShape shape) {
   const int mb = static_cast<int>(st.range(0));
+  const bool processes = st.range(1) != 0;
   absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog();
   CHECK(catalog.ok()) << catalog.status();
   const JobSpec job = JobOfStateMb(mb);
@@ -494,7 +531,7 @@ void RunJoin(benchmark::State& st, JoinShape shape) {
   int64_t peak = 0;
   for (auto _ : st) {
     SwitchDriver::ResetPeakRss();
-    SwitchDriver d(job, *catalog, new_cluster);
+    SwitchDriver d(job, *catalog, new_cluster, processes);
     absl::Status s = d.Start(old_plan, old_cluster);
     CHECK(s.ok()) << s;
     absl::StatusOr<double> it = d.TrainUntil(1);
@@ -509,7 +546,7 @@ void RunJoin(benchmark::State& st, JoinShape shape) {
     CHECK(it.ok()) << it.status();
     next_iter_s = *it;
     loss_after = d.last_loss();
-    peak = SwitchDriver::PeakRssBytes();
+    peak = d.PeakBytes();
     st.SetIterationTime(t.downtime_s);
   }
   // After the runtimes are gone, so the baselines have the machine alone.
@@ -548,21 +585,16 @@ void BM_JoinAddReplica(benchmark::State& st) {
   RunJoin(st, JoinShape::kAddReplica);
 }
 BENCHMARK(BM_JoinAddReplica)
-    ->ArgName("state_MB")
-    ->Arg(32)
-    ->Arg(128)
-    ->Arg(512)
+    ->ArgNames({"state_MB", "processes"})
+    ->ArgsProduct({{32, 128, 512}, {0, 1}})
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kSecond);
 
 void BM_JoinDeepen(benchmark::State& st) { RunJoin(st, JoinShape::kDeepen); }
 BENCHMARK(BM_JoinDeepen)
-    ->ArgName("state_MB")
-    ->Arg(32)
-    ->Arg(128)
-    ->Arg(512)
-    ->Arg(1024)
+    ->ArgNames({"state_MB", "processes"})
+    ->ArgsProduct({{32, 128, 512, 1024}, {0, 1}})
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kSecond);

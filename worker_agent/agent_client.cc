@@ -120,6 +120,19 @@ class GrpcAgentClient final : public AgentClient {
     return response;
   }
 
+  absl::StatusOr<v1::DescribeStateResponse> DescribeStateMessage(
+      const v1::DescribeStateRequest& request) override {
+    grpc::ClientContext context;
+    Setup(&context, config_.call_timeout);
+    v1::DescribeStateResponse response;
+    if (absl::Status s =
+            FromGrpc(stub_->DescribeState(&context, request, &response));
+        !s.ok()) {
+      return s;
+    }
+    return response;
+  }
+
   const std::string& address() const override { return config_.address; }
 
  private:
@@ -169,6 +182,25 @@ absl::StatusOr<PrepareResult> AgentClient::Prepare(const PrepareArgs& args,
       Prepare(PrepareRequestFromArgs(args, catalog));
   if (!response.ok()) return response.status();
   return PrepareResultFromProto(*response);
+}
+
+absl::StatusOr<StateDescription> AgentClient::DescribeState(
+    const JobSpec& job) {
+  v1::DescribeStateRequest request;
+  SetJob(job, &request);
+  absl::StatusOr<v1::DescribeStateResponse> response =
+      DescribeStateMessage(request);
+  if (!response.ok()) return response.status();
+  absl::StatusOr<migration::ModelState> state =
+      ModelStateFromProto(job.model, response->tensors());
+  if (!state.ok()) {
+    return absl::Status(state.status().code(),
+                        absl::StrCat("agent ", address(), " (",
+                                     response->engine(), ") described ",
+                                     state.status().message()));
+  }
+  return StateDescription{.engine = response->engine(),
+                          .state = *std::move(state)};
 }
 
 absl::StatusOr<NodeStatus> AgentClient::Status(int64_t generation) {

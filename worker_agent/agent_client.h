@@ -22,7 +22,7 @@
 #include "planner_service/core/gpu_catalog.h"
 #include "rpc/credentials.h"
 #include "worker_agent/controller_identity.h"
-#include "worker_agent/node_runtime.h"
+#include "worker_agent/node_ranks.h"
 
 namespace arachne::agent {
 
@@ -82,6 +82,13 @@ class AgentClient {
       int64_t generation) = 0;
   // StatusMessage in the runtime's types.
   absl::StatusOr<NodeStatus> Status(int64_t generation = 0);
+
+  // The job's training state as the node's engine describes it.
+  virtual absl::StatusOr<v1::DescribeStateResponse> DescribeStateMessage(
+      const v1::DescribeStateRequest& request) = 0;
+  // DescribeStateMessage for `job`, read back and checked
+  // (ModelStateFromProto; an error names the agent).
+  absl::StatusOr<StateDescription> DescribeState(const JobSpec& job);
 
   // host:port the client talks to, for messages.
   virtual const std::string& address() const = 0;

@@ -6,6 +6,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_replace.h"
 #include "glog/logging.h"
 #include "planner_service/core/node_pool.h"
@@ -80,6 +81,20 @@ absl::Status CheckValues(const v1::AgentConfig& config,
                       absl::StrCat("must be corrupt-migration-stage-1 or "
                                    "corrupt-migration-stage-2, got \"",
                                    config.failpoint(), "\""));
+  }
+  if (config.has_engine_command() &&
+      (config.engine_command().find_first_not_of(" \t") == std::string::npos ||
+       config.engine_command().size() > 4096)) {
+    return ValueError(
+        names, "engine_command",
+        config.engine_command().size() > 4096
+            ? absl::StrCat("at most 4096 characters, got ",
+                           config.engine_command().size())
+            : absl::StrCat("must name a program, got \"",
+                           config.engine_command(), "\""));
+  }
+  if (config.has_log_dir() && config.log_dir().empty()) {
+    return ValueError(names, "log_dir", "must be a directory, got \"\"");
   }
   if (config.has_host() && config.host().empty()) {
     return ValueError(names, "host",
@@ -255,6 +270,15 @@ absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
     settings.controller_token = *std::move(token);
   }
   settings.port_file = config.port_file();
+  settings.engine_command = absl::StrSplit(
+      config.engine_command(), absl::ByAnyChar(" \t"), absl::SkipEmpty());
+  settings.log_dir = config.log_dir();
+  settings.in_process_ranks = config.in_process_ranks();
+  if (settings.in_process_ranks && config.has_engine_command()) {
+    return ValueError(names, "engine_command",
+                      absl::StrCat("given with ", names("in_process_ranks"),
+                                   ", which runs no engine command"));
+  }
   if (config.has_grace_s()) settings.grace = absl::Seconds(config.grace_s());
   return settings;
 }
@@ -334,6 +358,18 @@ AgentFlags::AgentFlags(CLI::App& app) {
       app.add_option("--grace-s", grace_s_,
                      "on SIGTERM/SIGINT, seconds calls in flight get to finish")
           ->capture_default_str();
+  engine_command_opt_ = app.add_option(
+      "--engine-command", engine_command_,
+      "the engine each GPU's rank runs as: program and arguments, "
+      "space-separated (default: arachne-engine beside arachne-agent)");
+  log_dir_opt_ = app.add_option(
+      "--log-dir", log_dir_,
+      "directory of the engines' logs, engine-<i>.log (default: the "
+      "engines' socket directory under $TMPDIR)");
+  in_process_ranks_opt_ = app.add_flag(
+      "--in-process-ranks", in_process_ranks_,
+      "run the ranks as threads of the agent (built-in reference engine), "
+      "not as engine processes");
   controller_opt_ = app.add_option(
       "--controller", controller_,
       "host:port of the job's arachne-controller: register there and renew "
@@ -369,6 +405,13 @@ v1::AgentConfig AgentFlags::Given() const {
   if (port_file_opt_->count() > 0) given.set_port_file(port_file_);
   if (grace_s_opt_->count() > 0) given.set_grace_s(grace_s_);
   if (controller_opt_->count() > 0) given.set_controller(controller_);
+  if (engine_command_opt_->count() > 0) {
+    given.set_engine_command(engine_command_);
+  }
+  if (log_dir_opt_->count() > 0) given.set_log_dir(log_dir_);
+  if (in_process_ranks_opt_->count() > 0) {
+    given.set_in_process_ranks(in_process_ranks_);
+  }
   if (controller_token_file_opt_->count() > 0) {
     given.set_controller_token_file(controller_token_file_);
   }

@@ -56,6 +56,11 @@ struct AgentSettings {
   std::string controller;
   std::string controller_token;  // read from controller_token_file
   ClientTlsConfig controller_tls;
+  // The engine processes (engine_supervisor.h): argv of the engine; empty
+  // = arachne-engine beside the agent binary.
+  std::vector<std::string> engine_command;
+  std::string log_dir;            // "" = the engines' socket directory
+  bool in_process_ranks = false;  // ranks as threads, no engine processes
 };
 
 // Parses `text` (YAML or JSON) read from `source` and checks each value it
@@ -106,6 +111,9 @@ class AgentFlags {
   int virtual_gpus_ = 0;
   std::string tls_cert_, tls_key_, tls_client_ca_, token_file_, port_file_;
   double grace_s_ = 0;
+  std::string engine_command_, log_dir_;
+  bool in_process_ranks_ = false;
+  CLI::Option *engine_command_opt_, *log_dir_opt_, *in_process_ranks_opt_;
   std::string controller_, controller_token_file_, controller_tls_ca_,
       controller_tls_cert_, controller_tls_key_;
   CLI::Option *controller_opt_, *controller_token_file_opt_,

@@ -124,6 +124,39 @@ v1::EngineConfig EngineConfigToProto(const EngineConfig& e) {
   return out;
 }
 
+absl::StatusOr<JobSpec> JobSpecFromProto(const v1::ModelRef& model,
+                                         const v1::Model* model_spec,
+                                         const v1::TrainingConfig& training,
+                                         const v1::EngineConfig& engine,
+                                         const std::vector<ModelSpec>& models) {
+  JobSpec job;
+  const bool has_ref =
+      !model.name().empty() || !model.hf_config_json().empty();
+  if (has_ref && model_spec != nullptr) {
+    return FieldError("model_spec",
+                      "give either model or model_spec, not both");
+  }
+  if (model_spec != nullptr) {
+    absl::StatusOr<ModelSpec> m = ModelFromMessage(*model_spec, "", "model_spec");
+    if (!m.ok()) return m.status();
+    job.model = *std::move(m);
+  } else if (has_ref) {
+    absl::StatusOr<ModelSpec> m = ResolveModelRef(ModelRefFromProto(model), models);
+    if (!m.ok()) return m.status();
+    job.model = *std::move(m);
+  } else {
+    return FieldError("model",
+                      "required (model.name, model.hf_config_json or "
+                      "model_spec), got none");
+  }
+  absl::StatusOr<TrainingConfig> resolved =
+      ResolveTraining(TrainingFromProto(training));
+  if (!resolved.ok()) return resolved.status();
+  job.training = *resolved;
+  job.engine = EngineConfigFromProto(engine);
+  return job;
+}
+
 absl::StatusOr<PrepareArgs> PrepareArgsFromProto(
     const v1::PrepareRequest& request, const GpuCatalog& catalog,
     const std::vector<ModelSpec>& models) {
@@ -133,32 +166,13 @@ absl::StatusOr<PrepareArgs> PrepareArgsFromProto(
   }
   args.generation = request.generation();
 
-  const bool has_ref = !request.model().name().empty() ||
-                       !request.model().hf_config_json().empty();
-  if (has_ref && request.has_model_spec()) {
-    return FieldError("model_spec",
-                      "give either model or model_spec, not both");
-  }
-  if (request.has_model_spec()) {
-    absl::StatusOr<ModelSpec> m =
-        ModelFromMessage(request.model_spec(), "", "model_spec");
-    if (!m.ok()) return m.status();
-    args.job.model = *std::move(m);
-  } else if (has_ref) {
-    absl::StatusOr<ModelSpec> m =
-        ResolveModelRef(ModelRefFromProto(request.model()), models);
-    if (!m.ok()) return m.status();
-    args.job.model = *std::move(m);
-  } else {
-    return FieldError("model",
-                      "required (model.name, model.hf_config_json or "
-                      "model_spec), got none");
-  }
-  absl::StatusOr<TrainingConfig> training =
-      ResolveTraining(TrainingFromProto(request.training()));
-  if (!training.ok()) return training.status();
-  args.job.training = *training;
-  args.job.engine = EngineConfigFromProto(request.engine());
+  absl::StatusOr<JobSpec> job =
+      JobSpecFromProto(request.model(), request.has_model_spec()
+                                            ? &request.model_spec()
+                                            : nullptr,
+                       request.training(), request.engine(), models);
+  if (!job.ok()) return job.status();
+  args.job = *std::move(job);
 
   if (!request.has_cluster()) return Missing("cluster");
   absl::StatusOr<Cluster> cluster =
@@ -199,13 +213,66 @@ absl::StatusOr<PrepareArgs> PrepareArgsFromProto(
   return args;
 }
 
+JobMessages JobSpecToProto(const JobSpec& job) {
+  return JobMessages{.model_spec = ModelSpecToProto(job.model),
+                     .training = TrainingToMessage(job.training),
+                     .engine = EngineConfigToProto(job.engine)};
+}
+
+void ModelStateToProto(
+    const migration::ModelState& state,
+    google::protobuf::RepeatedPtrField<v1::TensorDescription>* tensors) {
+  for (const migration::TensorSpec& t : state.tensors()) {
+    v1::TensorDescription* d = tensors->Add();
+    d->set_name(t.name);
+    d->set_kind(std::string(migration::StateKindName(t.kind)));
+    d->set_bytes_per_element(migration::BytesPerElement(t.kind));
+    d->set_layer(t.layer);
+    d->set_expert(t.expert);
+    for (int64_t dim : t.shape) d->add_shape(dim);
+    d->set_tp_split(std::string(migration::TpSplitName(t.split)));
+  }
+}
+
+absl::StatusOr<migration::ModelState> ModelStateFromProto(
+    const ModelSpec& model,
+    const google::protobuf::RepeatedPtrField<v1::TensorDescription>& tensors) {
+  std::vector<migration::TensorSpec> specs;
+  specs.reserve(tensors.size());
+  for (int i = 0; i < tensors.size(); ++i) {
+    const v1::TensorDescription& d = tensors[i];
+    const std::string at = absl::StrCat("tensors[", i, "]");
+    migration::TensorSpec t;
+    t.name = d.name();
+    absl::StatusOr<migration::StateKind> kind =
+        migration::StateKindFromName(d.kind(), at + ".kind");
+    if (!kind.ok()) return kind.status();
+    t.kind = *kind;
+    // The canonical layout fixes each kind's element size; an engine that
+    // stores another cannot exchange bytes with this one.
+    if (d.bytes_per_element() != migration::BytesPerElement(t.kind)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".bytes_per_element: ", d.kind(), " is ",
+          migration::BytesPerElement(t.kind), " bytes per element, got ",
+          d.bytes_per_element()));
+    }
+    t.layer = d.layer();
+    t.expert = d.expert();
+    t.shape.assign(d.shape().begin(), d.shape().end());
+    absl::StatusOr<migration::TpSplit> split =
+        migration::TpSplitFromName(d.tp_split(), at + ".tp_split");
+    if (!split.ok()) return split.status();
+    t.split = *split;
+    specs.push_back(std::move(t));
+  }
+  return migration::ModelState::FromTensors(model, std::move(specs));
+}
+
 v1::PrepareRequest PrepareRequestFromArgs(const PrepareArgs& args,
                                           const GpuCatalog& catalog) {
   v1::PrepareRequest r;
   r.set_generation(args.generation);
-  *r.mutable_model_spec() = ModelSpecToProto(args.job.model);
-  *r.mutable_training() = TrainingToMessage(args.job.training);
-  *r.mutable_engine() = EngineConfigToProto(args.job.engine);
+  SetJob(args.job, &r);
   // Plans are written as plan files are (templates of a PlanDocument); the
   // prediction is not part of a switch.
   const auto templates_of = [&](const Plan& plan, const Cluster& cluster) {
@@ -313,6 +380,9 @@ v1::StatusResponse NodeStatusToProto(const NodeStatus& s, const NodeGpus& gpus,
     o->set_state_bytes(r.state_bytes);
     o->set_peak_rss_bytes(r.peak_rss_bytes);
     o->set_error(r.error);
+    o->set_lost(r.lost);
+    o->set_engine_pid(r.engine_pid);
+    o->set_device(r.device);
   }
   TimingToProto(s.pause, out.mutable_pause());
   TimingToProto(s.stage1, out.mutable_stage1());
@@ -349,6 +419,9 @@ absl::StatusOr<NodeStatus> NodeStatusFromProto(const v1::StatusResponse& r) {
     rank.state_bytes = o.state_bytes();
     rank.peak_rss_bytes = o.peak_rss_bytes();
     rank.error = o.error();
+    rank.lost = o.lost();
+    rank.engine_pid = o.engine_pid();
+    rank.device = o.device();
     s.ranks.push_back(std::move(rank));
   }
   s.pause = TimingFromProto(r.pause());

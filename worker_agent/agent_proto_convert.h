@@ -13,6 +13,7 @@
 #ifndef ARACHNE_WORKER_AGENT_AGENT_PROTO_CONVERT_H_
 #define ARACHNE_WORKER_AGENT_AGENT_PROTO_CONVERT_H_
 
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,7 +22,7 @@
 #include "arachne/v1/agent.pb.h"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
-#include "worker_agent/node_runtime.h"
+#include "worker_agent/node_ranks.h"
 
 namespace arachne::agent {
 
@@ -42,6 +43,43 @@ absl::StatusOr<absl::Duration> PhaseTimeoutFromProto(double timeout_s,
 // Range checks are EngineConfig::Validate's (the runtime's).
 EngineConfig EngineConfigFromProto(const v1::EngineConfig& engine);
 v1::EngineConfig EngineConfigToProto(const EngineConfig& engine);
+
+// What a job trains, from the fields of PrepareRequest (and of the Engine
+// service's DescribeRequest) of the same names: exactly one of `model` and
+// `model_spec` (null: not given), the training settings with their
+// defaults filled in, the engine's hyper-parameters.
+absl::StatusOr<JobSpec> JobSpecFromProto(const v1::ModelRef& model,
+                                         const v1::Model* model_spec,
+                                         const v1::TrainingConfig& training,
+                                         const v1::EngineConfig& engine,
+                                         const std::vector<ModelSpec>& models);
+
+// The job of `job` as the fields model_spec, training and engine that
+// PrepareRequest, DescribeStateRequest and the Engine service's
+// DescribeRequest share; JobSpecFromProto reads them back as `job`.
+struct JobMessages {
+  v1::Model model_spec;
+  v1::TrainingConfig training;
+  v1::EngineConfig engine;
+};
+JobMessages JobSpecToProto(const JobSpec& job);
+template <typename Request>
+void SetJob(const JobSpec& job, Request* request) {
+  JobMessages m = JobSpecToProto(job);
+  *request->mutable_model_spec() = std::move(m.model_spec);
+  *request->mutable_training() = std::move(m.training);
+  *request->mutable_engine() = std::move(m.engine);
+}
+
+// A state's tensors as the protocol lists them, and back: ModelStateFromProto
+// checks each (migration::ModelState::FromTensors, and bytes_per_element
+// against the kind), naming "tensors[i].<field>".
+void ModelStateToProto(
+    const migration::ModelState& state,
+    google::protobuf::RepeatedPtrField<v1::TensorDescription>* tensors);
+absl::StatusOr<migration::ModelState> ModelStateFromProto(
+    const ModelSpec& model,
+    const google::protobuf::RepeatedPtrField<v1::TensorDescription>& tensors);
 
 // Every field of a PrepareRequest resolved against the agent's catalogs
 // (`models` is the model catalog for model.name). Checks what the request's

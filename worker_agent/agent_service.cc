@@ -41,7 +41,7 @@ absl::StatusOr<absl::Duration> PhaseTimeout(const grpc::ServerContext& context,
 
 }  // namespace
 
-AgentService::AgentService(NodeRuntime* runtime, GpuCatalog catalog,
+AgentService::AgentService(NodeRanks* runtime, GpuCatalog catalog,
                            std::vector<ModelSpec> models,
                            AgentServiceConfig config)
     : runtime_(runtime),
@@ -75,8 +75,11 @@ grpc::Status AgentService::Run(grpc::ServerContext* context, const char* method,
   }
   const absl::Duration took = absl::Now() - start;
   if (status.ok()) {
-    LOG(INFO) << method << "(g" << generation << ") from " << context->peer()
-              << " OK in " << absl::FormatDuration(took);
+    // Status is polled (the controller every 100 ms, a supervisor each
+    // second): its successes would drown the log.
+    const int level = std::string_view(method) == "Status" ? 1 : 0;
+    VLOG(level) << method << "(g" << generation << ") from " << context->peer()
+                << " OK in " << absl::FormatDuration(took);
   } else {
     LOG(WARNING) << method << "(g" << generation << ") from " << context->peer()
                  << " " << absl::StatusCodeToString(status.code()) << " in "
@@ -267,6 +270,23 @@ grpc::Status AgentService::SaveCheckpoint(
         }
         return runtime_->SaveCheckpoint(request->generation(), request->dir());
       });
+}
+
+grpc::Status AgentService::DescribeState(
+    grpc::ServerContext* context, const v1::DescribeStateRequest* request,
+    v1::DescribeStateResponse* response) {
+  return Run(context, "DescribeState", 0, [&]() -> absl::Status {
+    absl::StatusOr<JobSpec> job = JobSpecFromProto(
+        request->model(),
+        request->has_model_spec() ? &request->model_spec() : nullptr,
+        request->training(), request->engine(), models_);
+    if (!job.ok()) return job.status();
+    absl::StatusOr<StateDescription> described = runtime_->DescribeState(*job);
+    if (!described.ok()) return described.status();
+    response->set_engine(described->engine);
+    ModelStateToProto(described->state, response->mutable_tensors());
+    return absl::OkStatus();
+  });
 }
 
 // ---- AgentServer ----

@@ -1,12 +1,14 @@
 // The gRPC face of one node's training runtime: arachne.v1.Agent
-// (proto/arachne/v1/agent.proto) over arachne::agent::NodeRuntime
-// (node_runtime.h), and the server that listens for it (`arachne-agent`,
-// main.cc; tests start it on 127.0.0.1:0 and read back port()).
+// (proto/arachne/v1/agent.proto) over arachne::agent::NodeRanks
+// (node_ranks.h: engine processes or in-process ranks), and the server
+// that listens for it (`arachne-agent`, main.cc; tests start it on
+// 127.0.0.1:0 and read back port()). An engine process serves the same
+// handlers as arachne.v1.Engine (engine/engine_service.h).
 //
 // The service is thin glue: each RPC checks the bearer token, converts the
 // request (agent_proto_convert.h: malformed requests are INVALID_ARGUMENT
 // naming the field, before the runtime sees them), calls the one
-// NodeRuntime method of the same name, and maps its Status to the wire with
+// NodeRanks method of the same name, and maps its Status to the wire with
 // ToGrpcStatus (rpc/grpc_status.h), so the runtime's codes arrive
 // unchanged: FAILED_PRECONDITION for a stale generation or a diff with a
 // byte no live GPU holds, DEADLINE_EXCEEDED for a phase past its timeout,
@@ -33,7 +35,7 @@
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
 #include "rpc/credentials.h"
-#include "worker_agent/node_runtime.h"
+#include "worker_agent/node_ranks.h"
 
 namespace arachne::agent {
 
@@ -55,7 +57,7 @@ class AgentService final : public v1::Agent::Service {
   // `runtime` must outlive the service. `catalog` resolves GPU types of
   // clusters and plans, `models` the model catalog for model.name: the
   // catalogs the runtime was built with.
-  AgentService(NodeRuntime* runtime, GpuCatalog catalog,
+  AgentService(NodeRanks* runtime, GpuCatalog catalog,
                std::vector<ModelSpec> models, AgentServiceConfig config);
 
   grpc::Status Prepare(grpc::ServerContext* context,
@@ -85,6 +87,9 @@ class AgentService final : public v1::Agent::Service {
   grpc::Status SaveCheckpoint(grpc::ServerContext* context,
                               const v1::SaveCheckpointRequest* request,
                               v1::SaveCheckpointResponse* response) override;
+  grpc::Status DescribeState(grpc::ServerContext* context,
+                             const v1::DescribeStateRequest* request,
+                             v1::DescribeStateResponse* response) override;
 
   // The controller this agent registered with: from now on commands must
   // carry `controller_id`. A later Register (the controller restarted with
@@ -101,7 +106,7 @@ class AgentService final : public v1::Agent::Service {
   grpc::Status Run(grpc::ServerContext* context, const char* method,
                    int64_t generation, Work work);
 
-  NodeRuntime* const runtime_;
+  NodeRanks* const runtime_;
   const GpuCatalog catalog_;
   const std::vector<ModelSpec> models_;
   const AgentServiceConfig config_;

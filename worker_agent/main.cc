@@ -1,11 +1,15 @@
 // arachne-agent: one node's training ranks behind the arachne.v1.Agent gRPC
-// service (docs/agent.md). Its flags and config file are read by AgentFlags
-// (agent_config.h); everything else takes typed configs.
+// service (docs/agent.md), as one engine process per GPU under its
+// supervision (docs/engines.md) or, with --in-process-ranks, as threads.
+// Its flags and config file are read by AgentFlags (agent_config.h);
+// everything else takes typed configs.
 #include <pthread.h>
 #include <signal.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
@@ -13,6 +17,7 @@
 #include "glog/logging.h"
 #include "worker_agent/agent_config.h"
 #include "worker_agent/agent_service.h"
+#include "worker_agent/engine_supervisor.h"
 #include "worker_agent/node_runtime.h"
 #include "worker_agent/registration.h"
 #ifdef ARACHNE_AGENT_HAVE_CUDA
@@ -31,6 +36,15 @@ int VisibleCudaDevices() {
 #else
   return 0;
 #endif
+}
+
+// arachne-engine in the directory of this executable.
+std::string DefaultEngineCommand() {
+  std::error_code ec;
+  const std::filesystem::path self =
+      std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "arachne-engine";
+  return (self.parent_path() / "arachne-engine").string();
 }
 
 }  // namespace
@@ -67,14 +81,31 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  auto runtime = std::make_unique<arachne::agent::NodeRuntime>(
-      arachne::agent::NodeGpus{.node = settings->node,
-                               .gpu_type = settings->gpu_type,
-                               .count = settings->gpu_count,
-                               .virtual_gpus = settings->virtual_gpus,
-                               .host = settings->host,
-                               .failpoint = settings->failpoint},
-      settings->catalog);
+  const arachne::agent::NodeGpus gpus{.node = settings->node,
+                                      .gpu_type = settings->gpu_type,
+                                      .count = settings->gpu_count,
+                                      .virtual_gpus = settings->virtual_gpus,
+                                      .host = settings->host,
+                                      .failpoint = settings->failpoint};
+  std::unique_ptr<arachne::agent::NodeRanks> runtime;
+  if (settings->in_process_ranks) {
+    runtime = std::make_unique<arachne::agent::NodeRuntime>(gpus,
+                                                            settings->catalog);
+  } else {
+    arachne::agent::EngineSupervisorConfig engines;
+    engines.command = settings->engine_command;
+    if (engines.command.empty()) engines.command = {DefaultEngineCommand()};
+    engines.log_dir = settings->log_dir;
+    engines.profiles_dir = settings->profiles_dir;
+    absl::StatusOr<std::unique_ptr<arachne::agent::EngineSupervisor>> s =
+        arachne::agent::EngineSupervisor::Start(gpus, settings->catalog,
+                                                std::move(engines));
+    if (!s.ok()) {
+      std::cerr << "arachne-agent: " << s.status().message() << "\n";
+      return 2;
+    }
+    runtime = *std::move(s);
+  }
   arachne::agent::AgentService service(
       runtime.get(), settings->catalog, settings->models,
       {.bearer_token = settings->bearer_token,

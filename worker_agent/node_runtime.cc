@@ -27,30 +27,6 @@
 
 namespace arachne::agent {
 
-const char* PhaseName(Phase p) {
-  switch (p) {
-    case Phase::kIdle:
-      return "idle";
-    case Phase::kPrepared:
-      return "prepared";
-    case Phase::kPaused:
-      return "paused";
-    case Phase::kMigrated1:
-      return "migrated-1";
-    case Phase::kMigrated2:
-      return "migrated-2";
-    case Phase::kRebuilt:
-      return "rebuilt";
-    case Phase::kRunning:
-      return "running";
-    case Phase::kStopped:
-      return "stopped";
-    case Phase::kFailed:
-      return "failed";
-  }
-  return "?";
-}
-
 namespace {
 
 constexpr int64_t kForever = std::numeric_limits<int64_t>::max();
@@ -398,7 +374,9 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
   gen->plan_rank.assign(gpus_.count, -1);
   for (int g = 0; g < gen->layout->num_gpus(); ++g) {
     const migration::GpuId& id = gen->layout->gpus()[g];
-    if (id.node == gpus_.node) gen->plan_rank[id.index] = g;
+    if (id.node == gpus_.node && gpus_.Owns(id.index)) {
+      gen->plan_rank[id.index] = g;
+    }
   }
   gen->engines.resize(gpus_.count);
 
@@ -438,6 +416,7 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
     result.estimated_seconds = m.schedule.makespan_s;
     m.world_rank.assign(gpus_.count, -1);
     for (int i = 0; i < gpus_.count; ++i) {
+      if (!gpus_.Owns(i)) continue;
       m.world_rank[i] = m.world->RankOf({gpus_.node, i});
       const int w = m.world_rank[i];
       if (w < 0) continue;
@@ -870,6 +849,14 @@ absl::Status NodeRuntime::SaveCheckpoint(int64_t generation,
   return absl::OkStatus();
 }
 
+absl::StatusOr<StateDescription> NodeRuntime::DescribeState(
+    const JobSpec& job) const {
+  absl::StatusOr<migration::ModelState> state = ReferenceModelState(job);
+  if (!state.ok()) return state.status();
+  return StateDescription{.engine = std::string(kReferenceEngineName),
+                          .state = *std::move(state)};
+}
+
 NodeStatus NodeRuntime::Status() const {
   const Impl& m = *impl_;
   absl::MutexLock l(&m.mu);
@@ -879,6 +866,7 @@ NodeStatus NodeRuntime::Status() const {
   st.phase = m.phase;
   const int64_t rss = PeakRssBytes();
   for (int i = 0; i < gpus_.count; ++i) {
+    if (!gpus_.Owns(i)) continue;
     const RankLoop& r = m.loops[i];
     RankStatus rs;
     rs.gpu = {gpus_.node, i};

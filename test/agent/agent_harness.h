@@ -84,6 +84,7 @@ class AgentProcess {
     client_ = *std::move(client);
     return absl::OkStatus();
   }
+  pid_t pid() const { return pid_; }
   // SIGKILL: the ungraceful death of a node.
   void Kill() {
     if (pid_ > 0) {
@@ -191,6 +192,14 @@ class Driver {
     return absl::OkStatus();
   }
 
+  // Resumes training on every agent of the current plan without waiting
+  // (until 0: until paused).
+  absl::Status Resume(int64_t until = 0) {
+    return OnAll(In(cluster_), [&](AgentProcess& a) {
+      return a.client().Resume(generation_, until);
+    });
+  }
+
   // Trains until iteration `until` and waits for it.
   absl::Status TrainUntil(int64_t until) {
     const std::vector<AgentProcess*> agents = In(cluster_);
@@ -236,13 +245,17 @@ class Driver {
   absl::Status Switch(const Plan& plan, const Cluster& cluster,
                       SwitchStep step = SwitchStep::kNone,
                       const std::function<void()>& fault = nullptr,
-                      const std::string& checkpoint_dir = "") {
-    const int64_t next = generation_ + 1;
+                      const std::string& checkpoint_dir = "",
+                      const std::vector<migration::GpuId>& lost = {}) {
+    // An aborted generation is never reused (agents refuse it).
+    const int64_t next = std::max(generation_, last_attempted_) + 1;
+    last_attempted_ = next;
     PrepareArgs args = Args(plan, cluster);
     args.generation = next;
     args.old_plan = plan_;
     args.old_cluster = cluster_;
     args.checkpoint_dir = checkpoint_dir;
+    args.lost = lost;
     // The new cluster's agents are the migration ranks; a drained node
     // stays in it until the switch commits.
     std::vector<AgentProcess*> agents = In(cluster);
@@ -308,6 +321,7 @@ class Driver {
   std::unique_ptr<JobStoreServer> server_;
   std::map<std::string, std::unique_ptr<AgentProcess>> agents_;
   int64_t generation_ = 0;
+  int64_t last_attempted_ = 0;
   Plan plan_;
   Cluster cluster_;
   std::map<int64_t, double> losses_;

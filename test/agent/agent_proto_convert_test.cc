@@ -323,5 +323,43 @@ TEST(PhaseTest, EveryPhaseMapsBothWays) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ModelStateProto, RoundTripsAndNamesABadTensor) {
+  const migration::ModelState state =
+      *migration::ModelState::Create(TinyModel(), {.training_scalars = 2});
+  v1::DescribeStateResponse r;
+  ModelStateToProto(state, r.mutable_tensors());
+  ASSERT_EQ(r.tensors_size(), state.num_tensors());
+  EXPECT_EQ(r.tensors(0).name(), "embedding.weight:weight");
+  EXPECT_EQ(r.tensors(0).kind(), "weight");
+  EXPECT_EQ(r.tensors(0).bytes_per_element(), 2);
+  EXPECT_EQ(r.tensors(0).tp_split(), "column");
+  absl::StatusOr<migration::ModelState> back =
+      ModelStateFromProto(TinyModel(), r.tensors());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->TotalBytes(), state.TotalBytes());
+  for (int i = 0; i < state.num_tensors(); ++i) {
+    EXPECT_EQ(back->tensor(i).name, state.tensor(i).name);
+    EXPECT_EQ(back->tensor(i).kind, state.tensor(i).kind);
+    EXPECT_EQ(back->tensor(i).layer, state.tensor(i).layer);
+    EXPECT_EQ(back->tensor(i).expert, state.tensor(i).expert);
+    EXPECT_EQ(back->tensor(i).shape, state.tensor(i).shape);
+    EXPECT_EQ(back->tensor(i).split, state.tensor(i).split);
+  }
+  // An engine storing fp32 weights cannot exchange bytes with bf16 ones.
+  v1::DescribeStateResponse fp32 = r;
+  fp32.mutable_tensors(0)->set_bytes_per_element(4);
+  EXPECT_EQ(ModelStateFromProto(TinyModel(), fp32.tensors()).status().message(),
+            "tensors[0].bytes_per_element: weight is 2 bytes per element, got 4");
+  v1::DescribeStateResponse kind = r;
+  kind.mutable_tensors(5)->set_kind("grad");
+  EXPECT_EQ(ModelStateFromProto(TinyModel(), kind.tensors()).status().message(),
+            "tensors[5].kind: must be weight, master, adam_m, adam_v or "
+            "scalars, got \"grad\"");
+  v1::DescribeStateResponse split = r;
+  split.mutable_tensors(6)->set_tp_split("");
+  EXPECT_EQ(ModelStateFromProto(TinyModel(), split.tensors()).status().message(),
+            "tensors[6].tp_split: must be replicated, column or row, got \"\"");
+}
+
 }  // namespace
 }  // namespace arachne::agent

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -52,6 +53,10 @@ inline constexpr int64_t kReferenceStateFormat = 1;
 
 // The state layout of a job on the reference engine.
 absl::StatusOr<migration::ModelState> ReferenceModelState(const JobSpec& job);
+
+// What the reference engine calls itself (the engine protocol's Describe).
+inline constexpr std::string_view kReferenceEngineName =
+    "arachne-engine (reference engine, LibTorch CPU)";
 
 // InvalidArgument naming the field when the reference engine cannot run
 // `plan` (TP not dividing heads / kv heads / ffn / vocab, ETP not dividing
