@@ -12,7 +12,6 @@
 #include "migration/core/diff.h"
 #include "migration/core/schedule.h"
 #include "planner_service/io/plan_io.h"
-#include "worker_agent/engine/reference_engine.h"
 
 namespace arachne::controller {
 namespace {
@@ -803,6 +802,26 @@ void JobController::StartFirstPlan(const std::string& trigger) {
   if (!out.committed) failed(std::string(out.status.message()));
 }
 
+namespace {
+
+// What a recovery lost, for decisions: "node x left ungracefully", "the
+// engine of a:1 died", or both.
+std::string LostWhat(const std::set<std::string>& nodes,
+                     const std::vector<std::string>& engines) {
+  std::vector<std::string> parts;
+  if (!nodes.empty()) {
+    parts.push_back(absl::StrCat("node ", absl::StrJoin(nodes, ", "),
+                                 " left ungracefully"));
+  }
+  if (!engines.empty()) {
+    parts.push_back(
+        absl::StrCat("the engine of ", absl::StrJoin(engines, ", "), " died"));
+  }
+  return absl::StrJoin(parts, " and ");
+}
+
+}  // namespace
+
 void JobController::Replan(const std::string& trigger) {
   const absl::Time replan_start = absl::Now();
   // The decision reads the latest measurements: what arrived since the
@@ -865,6 +884,22 @@ void JobController::Replan(const std::string& trigger) {
   in.fixed_cost_s = fixed_cost;
   for (const std::string& n : lost_nodes) {
     if (used.count(n) > 0) in.current_lost_gpu = true;
+  }
+  // GPUs whose engine died on nodes that stay: lost, the node not.
+  std::vector<std::string> lost_engines;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const migration::GpuId& g : lost_gpus_) {
+      if (lost_nodes.count(g.node) > 0 || !is_member(g.node)) continue;
+      lost.push_back(g);
+      lost_engines.push_back(migration::GpuIdName(g));
+    }
+  }
+  if (!lost_engines.empty()) {
+    const std::set<migration::GpuId> in_plan = GpusUsed(current_plan, current_cluster);
+    for (const migration::GpuId& g : lost) {
+      if (in_plan.count(g) > 0) in.current_lost_gpu = true;
+    }
   }
 
   const ClusterSpec new_spec = ClusterOf(schedulable);
@@ -1034,9 +1069,18 @@ void JobController::Replan(const std::string& trigger) {
   // state; a byte of the new plan that only a lost GPU held means the
   // state must come from the checkpoint, or training stops.
   if (!lost.empty() && restore_from.empty()) {
-    absl::StatusOr<migration::ModelState> state =
-        ReferenceModelState(config_.job.job);
-    CHECK(state.ok()) << state.status();  // the job was checked on load
+    std::vector<std::string> nodes;
+    for (const Node& n : cluster->nodes()) nodes.push_back(n.name);
+    absl::StatusOr<migration::ModelState> state = DescribedState(nodes);
+    if (!state.ok()) {
+      Decision refused = d;
+      refused.verdict = Verdict::kKeep;
+      refused.reason = absl::StrCat(
+          "the job's training state could not be described: ",
+          state.status().message());
+      RecordDecision(refused, 0);
+      return;
+    }
     migration::DiffOptions options;
     for (const migration::GpuId& g : lost) {
       // Only GPUs the new cluster names may be listed; the nodes that left
@@ -1049,11 +1093,11 @@ void JobController::Replan(const std::string& trigger) {
         *state, current_plan, current_cluster, *plan, *cluster,
         migration::MigrationWorld(*cluster, catalog_), options);
     if (!diff.ok()) {
-      const std::string gone = absl::StrJoin(lost_nodes, ", ");
+      const std::string gone = LostWhat(lost_nodes, lost_engines);
       if (config_.job.fallback_checkpoint_dir.empty()) {
         d.verdict = Verdict::kCannotSwitch;
         d.reason = absl::StrCat(
-            "node ", gone, " left ungracefully and the new plan needs state "
+            gone, " and the new plan needs state "
             "no surviving GPU holds (", diff.status().message(),
             "); no fallback_checkpoint_dir is configured to restore it from");
         RecordDecision(d, 0);
@@ -1063,8 +1107,8 @@ void JobController::Replan(const std::string& trigger) {
         return;
       }
       restore_from = config_.job.fallback_checkpoint_dir;
-      d.reason = absl::StrCat(d.reason, "; node ", gone,
-                              " took state no surviving GPU holds (",
+      d.reason = absl::StrCat(d.reason, "; ", gone,
+                              ": state no surviving GPU holds (",
                               diff.status().message(),
                               "): restoring from the checkpoint in ",
                               restore_from);
@@ -1126,21 +1170,56 @@ void JobController::Replan(const std::string& trigger) {
 absl::StatusOr<double> JobController::MigrationMakespan(
     const Plan& current_plan, const Cluster& current_cluster,
     const nlohmann::json& new_plan_json,
-    const std::vector<Member>& members) const {
+    const std::vector<Member>& members) {
   absl::StatusOr<Cluster> cluster =
       ClusterFromMessage(ClusterOf(members), catalog_, "", "cluster");
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<Plan> plan =
       PlanFromJson(new_plan_json, *cluster, catalog_, "plan");
   if (!plan.ok()) return plan.status();
-  absl::StatusOr<migration::ModelState> state =
-      ReferenceModelState(config_.job.job);
+  std::vector<std::string> nodes;
+  for (const Member& m : members) nodes.push_back(m.spec.node);
+  absl::StatusOr<migration::ModelState> state = DescribedState(nodes);
   if (!state.ok()) return state.status();
   const migration::MigrationWorld world(*cluster, catalog_);
   absl::StatusOr<migration::StateDiff> diff = migration::ComputeDiff(
       *state, current_plan, current_cluster, *plan, *cluster, world);
   if (!diff.ok()) return diff.status();
   return migration::BuildSchedule(*diff, world).makespan_s;
+}
+
+absl::StatusOr<migration::ModelState> JobController::DescribedState(
+    const std::vector<std::string>& nodes) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (described_state_.has_value()) return *described_state_;
+  }
+  absl::Status last = absl::UnavailableError("no member to ask");
+  for (const std::string& node : nodes) {
+    agent::AgentClient* agent = AgentFor(node);
+    if (agent == nullptr) continue;
+    absl::StatusOr<agent::StateDescription> described =
+        agent->DescribeState(config_.job.job);
+    if (!described.ok()) {
+      last = absl::Status(described.status().code(),
+                          absl::StrCat("node ", node, ": ",
+                                       described.status().message()));
+      // An engine that cannot describe the job is an answer; an agent that
+      // does not answer is not: ask the next.
+      if (absl::IsUnavailable(last) || absl::IsDeadlineExceeded(last)) {
+        continue;
+      }
+      return last;
+    }
+    LOG(INFO) << "the job's training state, as node " << node << "'s engine ("
+              << described->engine << ") describes it: "
+              << described->state.num_tensors() << " tensors, "
+              << described->state.TotalBytes() << " bytes";
+    absl::MutexLock lock(&mu_);
+    described_state_ = described->state;
+    return *described_state_;
+  }
+  return last;
 }
 
 SwitchOutcome JobController::RunSwitch(
@@ -1209,6 +1288,9 @@ SwitchOutcome JobController::RunSwitch(
     StartMeasuring(n, target.cluster, target.plan, plan_json, first_iteration);
     absl::MutexLock lock(&mu_);
     generation_ = n;
+    // The GPUs counted lost got their state from the survivors (or hold
+    // none in the new plan).
+    for (const migration::GpuId& g : target.lost) lost_gpus_.erase(g);
     cluster_ = target.cluster;
     plan_ = target.plan;
     plan_json_ = plan_json;
@@ -1280,6 +1362,22 @@ void JobController::PollAgents() {
     NodeReport report;
     report.node = node;
     for (const agent::RankStatus& r : st->ranks) {
+      if (r.lost) {
+        // The engine died with its state; a fresh one stands on the GPU.
+        // Recovered as a leave is: a switch that counts the GPU lost.
+        bool first_seen;
+        {
+          absl::MutexLock lock(&mu_);
+          first_seen = lost_gpus_.insert({node, r.gpu.index}).second;
+        }
+        if (first_seen) {
+          Emit("membership", absl::StrCat("lost ", node, " GPU ", r.gpu.index,
+                                          ": ", r.error));
+          membership_.RequestReplan(
+              absl::StrCat("engine lost on ", node, " GPU ", r.gpu.index));
+        }
+        continue;
+      }
       if (!r.error.empty() && rank_error.empty()) {
         rank_error = absl::StrCat("node ", node, " GPU ", r.gpu.index, ": ", r.error);
       }
@@ -1291,7 +1389,11 @@ void JobController::PollAgents() {
       tokens = std::max(tokens, r.tokens_per_second);
       if (current) {
         ++report.gpus_in_plan;
-        report.peak_rss_bytes = std::max(report.peak_rss_bytes, r.peak_rss_bytes);
+        // One engine process per rank: the node's peak is their sum; ranks
+        // in the agent's process share one peak.
+        report.peak_rss_bytes =
+            r.engine_pid > 0 ? report.peak_rss_bytes + r.peak_rss_bytes
+                             : std::max(report.peak_rss_bytes, r.peak_rss_bytes);
         report.iterations.emplace_back(r.iteration, r.iteration_seconds);
       }
     }

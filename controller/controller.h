@@ -143,7 +143,14 @@ class JobController {
   absl::StatusOr<double> MigrationMakespan(
       const Plan& current_plan, const Cluster& current_cluster,
       const nlohmann::json& new_plan_json,
-      const std::vector<Member>& members) const;
+      const std::vector<Member>& members);
+  // The job's training state as its engines describe it (the Agent
+  // service's DescribeState), asked of the first of `nodes` whose agent
+  // answers and then kept: it depends on the job alone. Diffs and
+  // schedules are computed from it, so the controller needs no engine's
+  // code and works with any engine.
+  absl::StatusOr<migration::ModelState> DescribedState(
+      const std::vector<std::string>& nodes);
   // Runs `target`; on commit makes it current and removes the members
   // named in `release_on_commit` in the same step, so no status read sees
   // the new generation running with a drained node still a member.
@@ -224,6 +231,7 @@ class JobController {
       ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<agent::AgentClient>> retired_
       ABSL_GUARDED_BY(mu_);
+  std::optional<migration::ModelState> described_state_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_attempted_ ABSL_GUARDED_BY(mu_) = 0;  // burnt generations
   Cluster cluster_ ABSL_GUARDED_BY(mu_);
@@ -236,6 +244,10 @@ class JobController {
   double tokens_per_s_ ABSL_GUARDED_BY(mu_) = 0;
   v1::SwitchTimings last_switch_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> retry_at_ ABSL_GUARDED_BY(mu_);
+  // GPUs of member nodes whose engine process died (the agent reports the
+  // rank lost and has started a fresh engine there): their state is gone
+  // until a switch that counts them lost commits.
+  std::set<migration::GpuId> lost_gpus_ ABSL_GUARDED_BY(mu_);
   SwitchCostModel cost_model_ ABSL_GUARDED_BY(mu_);
   absl::Time last_poll_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 

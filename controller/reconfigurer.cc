@@ -119,6 +119,16 @@ std::set<std::string> NodesUsed(const Plan& plan, const Cluster& cluster) {
   return out;
 }
 
+std::set<migration::GpuId> GpusUsed(const Plan& plan, const Cluster& cluster) {
+  std::set<migration::GpuId> out;
+  for (const Template& t : plan.templates) {
+    for (const StagePlacement& p : t.placement) {
+      for (int g : p.gpus) out.insert({cluster.node(p.node).name, g});
+    }
+  }
+  return out;
+}
+
 SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
                                 const AgentLookup& agents,
                                 const PhaseObserver& observer) const {
@@ -247,9 +257,18 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
     // The ranks agree on the boundary in their last all-reduce, so every
     // node that hosts one stopped after the same iteration; if not, the
     // states to migrate belong to different iterations and mixing them
-    // would corrupt the model. Nodes with no rank of the old plan answer 0.
-    const std::set<std::string> hosting =
-        NodesUsed(*target.old_plan, *target.old_cluster);
+    // would corrupt the model. Nodes with no rank of the old plan answer 0,
+    // and so do nodes whose every rank of it is lost (its engines died and
+    // were restarted empty).
+    std::set<std::string> hosting;
+    {
+      const std::set<migration::GpuId> lost(target.lost.begin(),
+                                            target.lost.end());
+      for (const migration::GpuId& g :
+           GpusUsed(*target.old_plan, *target.old_cluster)) {
+        if (lost.count(g) == 0) hosting.insert(g.node);
+      }
+    }
     std::string first_node;
     for (const std::string& node : old_nodes) {
       if (hosting.count(node) == 0) continue;

@@ -108,6 +108,8 @@ struct SwitchOutcome {
 
 // The nodes that host a rank of `plan`.
 std::set<std::string> NodesUsed(const Plan& plan, const Cluster& cluster);
+// The GPUs that host a rank of `plan`.
+std::set<migration::GpuId> GpusUsed(const Plan& plan, const Cluster& cluster);
 
 class Reconfigurer {
  public:
