@@ -29,20 +29,17 @@ struct StartedProcess {
   int port = 0;
 };
 
-// Runs `argv` (argv[0] the binary's path), its stderr into `log`, and waits
-// up to `timeout` for a port in `port_file` (removed first). Internal when
-// the process exits before, DeadlineExceeded when it does not write it in
-// time (the process is then killed); `what` names it in both. On an error
-// no process is left.
-inline absl::StatusOr<StartedProcess> StartWithPortFile(
-    std::vector<std::string> argv, const std::string& log,
-    const std::string& port_file, const std::string& what,
-    absl::Duration timeout = absl::Seconds(30)) {
+// Forks and execs `argv` (argv[0] the binary's path), its stderr into
+// `log`, after removing `port_file`; returns the pid without waiting. Pair
+// with AwaitPortFile: starting several processes before awaiting any lets
+// them start side by side.
+inline pid_t SpawnWithPortFile(std::vector<std::string> argv,
+                               const std::string& log,
+                               const std::string& port_file) {
   std::filesystem::remove(port_file);
-  StartedProcess p;
   const pid_t test = getpid();
-  p.pid = fork();
-  if (p.pid == 0) {
+  const pid_t pid = fork();
+  if (pid == 0) {
     // Dies with the test: a test that fails a CHECK runs no destructors,
     // and a server left behind would hold ctest's output pipe open.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -55,6 +52,18 @@ inline absl::StatusOr<StartedProcess> StartWithPortFile(
     execv(args[0], args.data());
     _exit(127);
   }
+  return pid;
+}
+
+// Waits up to `timeout` for a port in `port_file` from the process `pid`.
+// Internal when the process exits before, DeadlineExceeded when it does not
+// write it in time (the process is then killed); `what` names it in both,
+// `log` is where its stderr went. On an error no process is left.
+inline absl::StatusOr<StartedProcess> AwaitPortFile(
+    pid_t pid, const std::string& log, const std::string& port_file,
+    const std::string& what, absl::Duration timeout = absl::Seconds(30)) {
+  StartedProcess p;
+  p.pid = pid;
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     std::ifstream f(port_file);
@@ -67,6 +76,15 @@ inline absl::StatusOr<StartedProcess> StartWithPortFile(
   kill(p.pid, SIGKILL);
   waitpid(p.pid, nullptr, 0);
   return absl::DeadlineExceededError(absl::StrCat(what, " did not start"));
+}
+
+// SpawnWithPortFile, then AwaitPortFile.
+inline absl::StatusOr<StartedProcess> StartWithPortFile(
+    std::vector<std::string> argv, const std::string& log,
+    const std::string& port_file, const std::string& what,
+    absl::Duration timeout = absl::Seconds(30)) {
+  const pid_t pid = SpawnWithPortFile(std::move(argv), log, port_file);
+  return AwaitPortFile(pid, log, port_file, what, timeout);
 }
 
 }  // namespace arachne::testing

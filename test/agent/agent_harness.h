@@ -51,20 +51,31 @@ class AgentProcess {
   ~AgentProcess() { Kill(); }
 
   absl::Status Start() {
-    const std::string port_file = dir_ + "/" + node_ + ".port";
-    const std::string log = dir_ + "/" + node_ + ".log";
+    Spawn();
+    return AwaitStarted();
+  }
+  // Start in two halves: Spawn forks and execs the agent, AwaitStarted
+  // waits for its port and connects. Spawning several agents before
+  // awaiting any starts them side by side (their engines load at once).
+  void Spawn() {
     std::vector<std::string> argv = {AgentBinary(),
                                      "--node", node_,
                                      "--gpu-type", gpu_type_,
                                      "--virtual-gpus", std::to_string(gpus_),
                                      "--listen", "127.0.0.1:0",
-                                     "--port-file", port_file};
+                                     "--port-file", PortFile()};
     argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+    pid_ = arachne::testing::SpawnWithPortFile(std::move(argv), Log(),
+                                               PortFile());
+  }
+  absl::Status AwaitStarted() {
     absl::StatusOr<arachne::testing::StartedProcess> p =
-        arachne::testing::StartWithPortFile(std::move(argv), log, port_file,
-                                            absl::StrCat("agent ", node_));
-    if (!p.ok()) return p.status();
-    pid_ = p->pid;
+        arachne::testing::AwaitPortFile(pid_, Log(), PortFile(),
+                                        absl::StrCat("agent ", node_));
+    if (!p.ok()) {
+      pid_ = -1;  // AwaitPortFile left no process
+      return p.status();
+    }
     address_ = absl::StrCat("127.0.0.1:", p->port);
     AgentClientConfig c;
     c.address = address_;
@@ -85,6 +96,8 @@ class AgentProcess {
     return absl::OkStatus();
   }
   pid_t pid() const { return pid_; }
+  std::string PortFile() const { return dir_ + "/" + node_ + ".port"; }
+  std::string Log() const { return dir_ + "/" + node_ + ".log"; }
   // SIGKILL: the ungraceful death of a node.
   void Kill() {
     if (pid_ > 0) {

@@ -213,22 +213,39 @@ class ControllerProcess {
   std::unique_ptr<v1::Controller::Stub> stub_;
 };
 
-// An agent that registers itself with `controller`.
-inline std::unique_ptr<AgentProcess> StartAgent(const std::string& node,
-                                                int gpus,
-                                                const std::string& dir,
-                                                const ControllerProcess& c) {
-  auto a = std::make_unique<AgentProcess>(
-      node, gpus, dir, std::vector<std::string>{"--controller", c.address()});
-  absl::Status s = a->Start();
-  CHECK(s.ok()) << s;
+// Agents that register themselves with `controller`, started side by side:
+// every process is spawned before any is awaited, so their engines load at
+// once and their joins arrive close together. nodes[i] has gpus[i] GPUs.
+inline std::vector<std::unique_ptr<AgentProcess>> StartAgents(
+    const std::vector<std::string>& nodes, const std::vector<int>& gpus,
+    const std::string& dir, const ControllerProcess& c) {
+  CHECK_EQ(nodes.size(), gpus.size());
+  std::vector<std::unique_ptr<AgentProcess>> agents;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    agents.push_back(std::make_unique<AgentProcess>(
+        nodes[i], gpus[i], dir,
+        std::vector<std::string>{"--controller", c.address()}));
+    agents.back()->Spawn();
+  }
   // The test acts for the controller (SaveCheckpoint to gather the state),
   // so its client carries the controller's identity.
   absl::StatusOr<v1::GetStatusResponse> st = c.Status();
   CHECK(st.ok()) << st.status();
-  s = a->SetControllerId(st->controller_id());
-  CHECK(s.ok()) << s;
-  return a;
+  for (std::unique_ptr<AgentProcess>& a : agents) {
+    absl::Status s = a->AwaitStarted();
+    CHECK(s.ok()) << s;
+    s = a->SetControllerId(st->controller_id());
+    CHECK(s.ok()) << s;
+  }
+  return agents;
+}
+
+// One agent that registers itself with `controller`.
+inline std::unique_ptr<AgentProcess> StartAgent(const std::string& node,
+                                                int gpus,
+                                                const std::string& dir,
+                                                const ControllerProcess& c) {
+  return std::move(StartAgents({node}, {gpus}, dir, c)[0]);
 }
 
 // Polls the agents' Status for the loss of every iteration they report.

@@ -320,9 +320,11 @@ TEST_F(ReplanTest, ShortDeadlineAnswersWithinItIncludingTheMigration) {
 
   // The quarter kept after the search (kReplanSearchShare) must cover the
   // current plan's pricing and the migration estimate: 77 ms here alone,
-  // about 290 ms under a parallel ctest (a 600 ms deadline was missed
-  // there), so the deadline leaves it 375 ms.
-  const absl::Duration deadline = absl::Milliseconds(1500);
+  // about 290 ms under a parallel ctest, over 500 ms on a loaded 2-core CI
+  // machine (a 1.5 s deadline was missed there). A 4 s deadline leaves it
+  // 1 s, 13 times the unloaded cost; the search still stops on the deadline
+  // (its budget is 30 s).
+  const absl::Duration deadline = absl::Seconds(4);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   const absl::Time start = absl::Now();
@@ -334,7 +336,9 @@ TEST_F(ReplanTest, ShortDeadlineAnswersWithinItIncludingTheMigration) {
   EXPECT_TRUE(response.current().feasible()) << response.current().reason();
   EXPECT_TRUE(response.migration().available())
       << response.migration().reason();
-  EXPECT_LT(took, deadline + absl::Milliseconds(250));
+  // The call's own deadline already refuses a late answer; this says by
+  // how much it was inside.
+  EXPECT_LT(took, deadline) << "answered after " << took;
 }
 
 TEST_F(ReplanTest, BadRequestsNameTheField) {
