@@ -695,7 +695,11 @@ torch::Tensor ReferenceEngine::MoeMlp(int layer, const torch::Tensor& x) {
   // Zero terms tie y to X and W on every rank, so each rank's backward runs
   // the same collectives even when no token picked its experts.
   torch::Tensor y = X * 0.0 + W.sum() * 0.0;
-  torch::Tensor rows = torch::arange(int64_t{replicas} * n) / n;  // replica of a row
+  // The replica of a row. Floor division: `/` on integer tensors divides
+  // exactly (0, 1/n, 2/n, ...), which left every token but each replica's
+  // first out of the routed experts.
+  torch::Tensor rows =
+      torch::div(torch::arange(int64_t{replicas} * n), n, "floor");
   torch::Tensor mine = (rows.remainder(tiling.edp) == edp_rank).unsqueeze(1);
   for (int e = 0; e < moe.num_experts; ++e) {
     const std::string ep = absl::StrCat(p, "experts.", e, ".");
