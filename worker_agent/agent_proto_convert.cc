@@ -157,6 +157,29 @@ absl::StatusOr<JobSpec> JobSpecFromProto(const v1::ModelRef& model,
   return job;
 }
 
+void PlanLayoutToProto(const migration::PlanLayout& layout,
+                       v1::StateLayout* out) {
+  out->Clear();
+  out->mutable_ranks()->Reserve(layout.num_gpus());
+  for (int g = 0; g < layout.num_gpus(); ++g) {
+    v1::RankLayout* rank = out->add_ranks();
+    *rank->mutable_gpu() = GpuRefToProto(layout.gpus()[g]);
+    const migration::GpuRole& role = layout.role(g);
+    rank->set_template_index(role.template_index);
+    rank->set_replica(role.replica);
+    rank->set_stage(role.stage);
+    rank->set_tp_rank(role.tp_rank);
+    const std::vector<migration::Holding>& holdings = layout.holdings(g);
+    rank->mutable_holdings()->Reserve(static_cast<int>(holdings.size()));
+    for (const migration::Holding& h : holdings) {
+      v1::LayoutHolding* out_h = rank->add_holdings();
+      out_h->set_tensor(h.tensor);
+      out_h->set_begin(h.range.begin);
+      out_h->set_end(h.range.end);
+    }
+  }
+}
+
 absl::StatusOr<PrepareArgs> PrepareArgsFromProto(
     const v1::PrepareRequest& request, const GpuCatalog& catalog,
     const std::vector<ModelSpec>& models) {

@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "arachne/v1/agent.pb.h"
+#include "migration/core/state_layout.h"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
 #include "worker_agent/node_ranks.h"
@@ -80,6 +81,11 @@ void ModelStateToProto(
 absl::StatusOr<migration::ModelState> ModelStateFromProto(
     const ModelSpec& model,
     const google::protobuf::RepeatedPtrField<v1::TensorDescription>& tensors);
+
+// A plan's layout as PrepareRequest.layout carries it: every GPU of the
+// plan in plan-rank order (layout.gpus()), with its role and holdings.
+void PlanLayoutToProto(const migration::PlanLayout& layout,
+                       v1::StateLayout* out);
 
 // Every field of a PrepareRequest resolved against the agent's catalogs
 // (`models` is the model catalog for model.name). Checks what the request's

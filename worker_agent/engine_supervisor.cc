@@ -533,7 +533,15 @@ std::vector<int> EngineSupervisor::Holders() const {
 
 absl::StatusOr<PrepareResult> EngineSupervisor::Prepare(
     const PrepareArgs& args) {
-  const v1::PrepareRequest request = PrepareRequestFromArgs(args, catalog_);
+  v1::PrepareRequest request = PrepareRequestFromArgs(args, catalog_);
+  // The plan's layout for the engines (PrepareRequest.layout), from the
+  // state they describe, so an engine need not compute layouts.
+  absl::StatusOr<StateDescription> described = DescribeState(args.job);
+  if (!described.ok()) return described.status();
+  absl::StatusOr<migration::PlanLayout> layout =
+      migration::PlanLayout::Create(described->state, args.plan, args.cluster);
+  if (!layout.ok()) return layout.status();
+  PlanLayoutToProto(*layout, request.mutable_layout());
   std::vector<v1::PrepareResponse> answers(engines_.size());
   const std::vector<int> all = AllEngines();
   absl::Status s = OnEngines(all, [&](int i) {

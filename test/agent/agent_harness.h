@@ -190,9 +190,13 @@ class Driver {
     return v;
   }
 
-  absl::Status Start(const Plan& plan, const Cluster& cluster) {
+  // Generation 1 of `plan`: the initial weights, or the state of
+  // `checkpoint_dir` when given.
+  absl::Status Start(const Plan& plan, const Cluster& cluster,
+                     const std::string& checkpoint_dir = "") {
     generation_ = 1;
     PrepareArgs args = Args(plan, cluster);
+    args.checkpoint_dir = checkpoint_dir;
     const std::vector<AgentProcess*> agents = In(cluster);
     absl::Status s = OnAll(agents, [&](AgentProcess& a) {
       return a.client().Prepare(args, catalog_).status();

@@ -361,5 +361,74 @@ TEST(ModelStateProto, RoundTripsAndNamesABadTensor) {
             "tensors[6].tp_split: must be replicated, column or row, got \"\"");
 }
 
+// PrepareRequest.layout: every GPU of the plan in plan-rank order, with its
+// role and exactly PlanLayout's holdings.
+TEST(PlanLayoutProto, EveryRankWithItsRoleAndHoldings) {
+  const migration::ModelState state =
+      *migration::ModelState::Create(TinyModel(), {.training_scalars = 2});
+  const Cluster cluster = MakeCluster({{"n0", kFast, 2}, {"n1", kFast, 2}});
+  // Stage 0 at TP 2 on n0, stage 1 at TP 1 on n1:1.
+  const Plan plan = MakePlan({MakeTemplate(
+      {MakeStage(2, 0, 2), MakeStage(1, 2, 4)}, 1, {{0, {0, 1}}, {1, {1}}})});
+  absl::StatusOr<migration::PlanLayout> layout =
+      migration::PlanLayout::Create(state, plan, cluster);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+
+  v1::StateLayout out;
+  out.add_ranks();  // whatever was there is replaced
+  PlanLayoutToProto(*layout, &out);
+  ASSERT_EQ(out.ranks_size(), 3);
+  ASSERT_EQ(layout->num_gpus(), 3);
+
+  const v1::RankLayout& r1 = out.ranks(1);
+  EXPECT_EQ(r1.gpu().node(), "n0");
+  EXPECT_EQ(r1.gpu().index(), 1);
+  EXPECT_EQ(r1.template_index(), 0);
+  EXPECT_EQ(r1.replica(), 0);
+  EXPECT_EQ(r1.stage(), 0);
+  EXPECT_EQ(r1.tp_rank(), 1);
+  const v1::RankLayout& r2 = out.ranks(2);
+  EXPECT_EQ(r2.gpu().node(), "n1");
+  EXPECT_EQ(r2.gpu().index(), 1);
+  EXPECT_EQ(r2.stage(), 1);
+  EXPECT_EQ(r2.tp_rank(), 0);
+
+  // TP rank 1 of stage 0 holds the second half of the embedding (tensor 0,
+  // split by column).
+  ASSERT_GT(r1.holdings_size(), 0);
+  const migration::ByteRange half = state.tensor(0).ShardRange(1, 2);
+  EXPECT_EQ(r1.holdings(0).tensor(), 0);
+  EXPECT_EQ(r1.holdings(0).begin(), half.begin);
+  EXPECT_EQ(r1.holdings(0).end(), half.end);
+  EXPECT_EQ(half.end - half.begin, state.tensor(0).bytes() / 2);
+  EXPECT_GT(half.begin, 0);
+
+  for (int g = 0; g < layout->num_gpus(); ++g) {
+    const v1::RankLayout& r = out.ranks(g);
+    const migration::GpuRole& role = layout->role(g);
+    EXPECT_EQ(r.gpu().node(), layout->gpus()[g].node) << g;
+    EXPECT_EQ(r.gpu().index(), layout->gpus()[g].index) << g;
+    EXPECT_EQ(r.template_index(), role.template_index) << g;
+    EXPECT_EQ(r.replica(), role.replica) << g;
+    EXPECT_EQ(r.stage(), role.stage) << g;
+    EXPECT_EQ(r.tp_rank(), role.tp_rank) << g;
+    const std::vector<migration::Holding>& held = layout->holdings(g);
+    ASSERT_EQ(r.holdings_size(), static_cast<int>(held.size())) << g;
+    for (int h = 0; h < r.holdings_size(); ++h) {
+      EXPECT_EQ(r.holdings(h).tensor(), held[h].tensor) << g << "/" << h;
+      EXPECT_EQ(r.holdings(h).begin(), held[h].range.begin) << g << "/" << h;
+      EXPECT_EQ(r.holdings(h).end(), held[h].range.end) << g << "/" << h;
+    }
+  }
+  // The last tensor of the state (the training scalars) is on every GPU,
+  // whole.
+  EXPECT_EQ(out.ranks(0).holdings(out.ranks(0).holdings_size() - 1).tensor(),
+            state.num_tensors() - 1);
+  const v1::LayoutHolding& scalars = r2.holdings(r2.holdings_size() - 1);
+  EXPECT_EQ(scalars.tensor(), state.num_tensors() - 1);
+  EXPECT_EQ(scalars.begin(), 0);
+  EXPECT_EQ(scalars.end(), 2 * 8);
+}
+
 }  // namespace
 }  // namespace arachne::agent
