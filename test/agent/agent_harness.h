@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -344,6 +346,43 @@ class Driver {
   std::map<int64_t, double> losses_;
   absl::Status last_abort_;
 };
+
+// Places the stages of a template over (node, gpu) slots in order.
+inline Template Place(const std::vector<StageShape>& stages, int replicas,
+                      int mbs, int micro,
+                      const std::vector<std::pair<int, int>>& slots) {
+  int unused = 0;
+  Template t = MakeTemplate(stages, replicas, mbs, micro, 0, &unused);
+  size_t k = 0;
+  for (StagePlacement& p : t.placement) {
+    const int node = slots[k].first;
+    p.node = node;
+    for (int& g : p.gpus) {
+      CHECK_EQ(slots[k].first, node) << "a TP group stays on one node";
+      g = slots[k++].second;
+    }
+  }
+  return t;
+}
+
+// The largest difference of any fp32 master weight between two states of
+// `job`.
+inline double MaxMasterDifference(const JobSpec& job, const FullState& a,
+                                  const FullState& b) {
+  auto state = ReferenceModelState(job);
+  CHECK(state.ok()) << state.status();
+  double worst = 0;
+  for (int id = 0; id < state->num_tensors(); ++id) {
+    if (state->tensor(id).kind != migration::StateKind::kMasterWeight) continue;
+    for (size_t o = 0; o + 4 <= a.tensors[id].size(); o += 4) {
+      float u, v;
+      std::memcpy(&u, a.tensors[id].data() + o, 4);
+      std::memcpy(&v, b.tensors[id].data() + o, 4);
+      worst = std::max(worst, double(std::abs(u - v)));
+    }
+  }
+  return worst;
+}
 
 }  // namespace arachne::agent::testing
 

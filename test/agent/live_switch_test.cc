@@ -17,12 +17,12 @@ namespace arachne::agent {
 namespace {
 
 using testing::Driver;
-using testing::MakeTemplate;
 using testing::NamedCluster;
 using testing::RunPlan;
 using testing::SwitchStep;
 using testing::TinyJob;
 using ::testing::HasSubstr;
+using testing::Place;
 
 std::string TempDir(const std::string& name) {
   std::string d = std::string(::testing::TempDir()) + "arachne-live-" + name +
@@ -30,39 +30,6 @@ std::string TempDir(const std::string& name) {
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
-}
-
-// Places the stages of a template over (node, gpu) slots in order.
-Template Place(const std::vector<testing::StageShape>& stages, int replicas,
-               int mbs, int micro,
-               const std::vector<std::pair<int, int>>& slots) {
-  int dummy = 0;
-  Template t = MakeTemplate(stages, replicas, mbs, micro, 0, &dummy);
-  size_t k = 0;
-  for (StagePlacement& p : t.placement) {
-    const int node = slots[k].first;
-    p.node = node;
-    for (int& g : p.gpus) {
-      CHECK_EQ(slots[k].first, node) << "a TP group stays on one node";
-      g = slots[k++].second;
-    }
-  }
-  return t;
-}
-
-double MaxMasterDifference(const FullState& a, const FullState& b) {
-  auto state = ReferenceModelState(TinyJob());
-  double worst = 0;
-  for (int id = 0; id < state->num_tensors(); ++id) {
-    if (state->tensor(id).kind != migration::StateKind::kMasterWeight) continue;
-    for (size_t o = 0; o + 4 <= a.tensors[id].size(); o += 4) {
-      float u, v;
-      std::memcpy(&u, a.tensors[id].data() + o, 4);
-      std::memcpy(&v, b.tensors[id].data() + o, 4);
-      worst = std::max(worst, double(std::abs(u - v)));
-    }
-  }
-  return worst;
 }
 
 // PP 2 x DP 2 on nodes a, b (2 GPUs each): stage 0 on a, stage 1 on b.
@@ -131,7 +98,7 @@ TEST(LiveSwitch, JoinTpDepthAndTemplateChangesThenDrainLoseNothing) {
   }
   absl::StatusOr<FullState> end = d.Gather("end");
   ASSERT_TRUE(end.ok());
-  EXPECT_LE(MaxMasterDifference(*end, reference->state), 1e-5);
+  EXPECT_LE(testing::MaxMasterDifference(TinyJob(), *end, reference->state), 1e-5);
 }
 
 TEST(LiveSwitch, MoeRetilingLosesNothing) {

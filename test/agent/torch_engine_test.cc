@@ -24,8 +24,9 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::Driver;
-using testing::MakeTemplate;
+using testing::MaxMasterDifference;
 using testing::NamedCluster;
+using testing::Place;
 using testing::RunPlan;
 using testing::TinyJob;
 
@@ -48,37 +49,6 @@ JobSpec TinyMoeJob() {
   JobSpec job = TinyJob();
   job.model = *ResolveModel("tiny-moe");
   return job;
-}
-
-// Places the stages of a template over (node, gpu) slots in order.
-Template Place(const std::vector<testing::StageShape>& stages, int replicas,
-               int mbs, int micro,
-               const std::vector<std::pair<int, int>>& slots) {
-  int unused = 0;
-  Template t = MakeTemplate(stages, replicas, mbs, micro, 0, &unused);
-  size_t k = 0;
-  for (StagePlacement& p : t.placement) {
-    p.node = slots[k].first;
-    for (int& g : p.gpus) g = slots[k++].second;
-  }
-  return t;
-}
-
-// The largest difference of a master weight between two states.
-double MaxMasterDifference(const JobSpec& job, const FullState& a,
-                           const FullState& b) {
-  auto state = ReferenceModelState(job);
-  double worst = 0;
-  for (int id = 0; id < state->num_tensors(); ++id) {
-    if (state->tensor(id).kind != migration::StateKind::kMasterWeight) continue;
-    for (size_t o = 0; o + 4 <= a.tensors[id].size(); o += 4) {
-      float u, v;
-      std::memcpy(&u, a.tensors[id].data() + o, 4);
-      std::memcpy(&v, b.tensors[id].data() + o, 4);
-      worst = std::max(worst, double(std::abs(u - v)));
-    }
-  }
-  return worst;
 }
 
 void ExpectLossesWithin(const std::map<int64_t, double>& losses,

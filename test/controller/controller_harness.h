@@ -376,21 +376,10 @@ inline absl::StatusOr<agent::FullState> GatherState(
   return agent::ReadCheckpoint(dir, *agent::ReferenceModelState(TinyJob32()));
 }
 
-// The largest difference of any fp32 master weight.
+// The largest difference of any fp32 master weight (TinyJob32's state).
 inline double MaxMasterDifference(const agent::FullState& a,
                                   const agent::FullState& b) {
-  auto state = agent::ReferenceModelState(TinyJob32());
-  double worst = 0;
-  for (int id = 0; id < state->num_tensors(); ++id) {
-    if (state->tensor(id).kind != migration::StateKind::kMasterWeight) continue;
-    for (size_t o = 0; o + 4 <= a.tensors[id].size(); o += 4) {
-      float u, v;
-      std::memcpy(&u, a.tensors[id].data() + o, 4);
-      std::memcpy(&v, b.tensors[id].data() + o, 4);
-      worst = std::max(worst, double(std::abs(u - v)));
-    }
-  }
-  return worst;
+  return agent::testing::MaxMasterDifference(TinyJob32(), a, b);
 }
 
 }  // namespace arachne::controller::testing
