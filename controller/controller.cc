@@ -1063,7 +1063,7 @@ void JobController::Replan(const std::string& trigger) {
     RecordDecision(refused, 0);
     return;
   }
-  // Check before pausing (ARCHITECTURE.md §3): the diff the agents will
+  // Check before pausing (docs/controller.md): the diff the agents will
   // compute, here, with the GPUs of the nodes that left counted as lost.
   // The planner's migration estimate assumed every old GPU still holds its
   // state; a byte of the new plan that only a lost GPU held means the

@@ -1,4 +1,4 @@
-// The job's controller (ARCHITECTURE.md §3): membership in, plans from the
+// The job's controller (docs/controller.md): membership in, plans from the
 // planner, keep-or-switch decisions, and the live switch of the agents,
 // with everything that must survive a restart in the state store. The RPC
 // glue (controller_service.h) only converts and authenticates; this class
