@@ -9,7 +9,6 @@ little-endian throughout.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import struct
@@ -33,28 +32,9 @@ class CheckpointError(Exception):
         self.code = code  # "NOT_FOUND", "DATA_LOSS", "FAILED_PRECONDITION"
 
 
-def _native():
-    """migration::Checksum from libarachne_native.so when the build made
-    one (ARACHNE_NATIVE_LIB, or beside the generated protos); None
-    otherwise, and the slower checksum below stands in."""
-    path = os.environ.get("ARACHNE_NATIVE_LIB", "")
-    if not path:
-        return None
-    lib = ctypes.CDLL(path)
-    lib.arachne_checksum.restype = ctypes.c_uint64
-    lib.arachne_checksum.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    return lib
-
-
-_NATIVE = _native()
-
-
 def checksum(data: bytes) -> int:
     """migration::Checksum: FNV-1a over 8-byte words in four lanes, folded,
     then the tail words and bytes, then an avalanche."""
-    if _NATIVE is not None:
-        buf = (ctypes.c_char * len(data)).from_buffer_copy(data)
-        return _NATIVE.arachne_checksum(buf, len(data))
     n = len(data)
     lanes = [((0xCBF29CE484222325 ^ n) + 0x9E3779B97F4A7C15 * l) & _MASK
              for l in range(4)]
