@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import List, Optional, Tuple
 
 
@@ -26,6 +27,7 @@ MAX_VOCAB = 1 << 22
 MAX_EXPERTS = 1024
 MAX_SEQ_LEN = 1 << 17
 MAX_GLOBAL_BATCH = 1 << 20
+MAX_TOKEN_FILE_PATH = 4096  # bytes (agent.proto TokenFile.path)
 
 
 def _int_in(field: str, value: int, lo: int, hi: int) -> int:
@@ -131,6 +133,35 @@ class Training:
 
 
 @dataclasses.dataclass(frozen=True)
+class TokenFile:
+    """engine.token_file: a flat little-endian array of token ids
+    (arachne_torch.corpus.TokenFileCorpus reads it). `validate` checks the
+    fields only; the file itself is checked where the corpus is made
+    (Prepare), before training starts."""
+    path: str
+    token_bytes: int
+
+    def validate(self) -> None:
+        f = "engine.token_file"
+        n = len(self.path.encode("utf-8", "surrogateescape"))
+        if n == 0:
+            raise BadRequest(f"{f}.path: required (an absolute path), got "
+                             "none")
+        if n > MAX_TOKEN_FILE_PATH:
+            raise BadRequest(f"{f}.path: at most {MAX_TOKEN_FILE_PATH} bytes, "
+                             f"got {n} bytes (\"{self.path[:64]}...\")")
+        if "\0" in self.path:
+            raise BadRequest(f"{f}.path: must not contain a NUL byte, got "
+                             f"{self.path[:256]!r}")
+        if not os.path.isabs(self.path):
+            raise BadRequest(f"{f}.path: must be an absolute path, got "
+                             f"\"{self.path}\"")
+        if self.token_bytes not in (2, 4):
+            raise BadRequest(f"{f}.token_bytes: must be 2 (uint16) or 4 "
+                             f"(uint32), got {self.token_bytes}")
+
+
+@dataclasses.dataclass(frozen=True)
 class EngineConfig:
     """The reference engine's hyper-parameters and defaults
     (worker_agent/engine/engine.h), so both engines train the same job."""
@@ -142,13 +173,20 @@ class EngineConfig:
     weight_decay: float = 0.0
     data_seed: int = 1
     init_seed: int = 1
+    token_file: Optional[TokenFile] = None  # None: the synthetic corpus
 
     @staticmethod
     def from_proto(e) -> "EngineConfig":
         d = EngineConfig()
         kw = {f.name: (getattr(e, f.name) if e.HasField(f.name)
                        else getattr(d, f.name))
-              for f in dataclasses.fields(EngineConfig)}
+              for f in dataclasses.fields(EngineConfig)
+              if f.name != "token_file"}
+        # (Protos generated before agent.proto had token_file lack it.)
+        if "token_file" in e.DESCRIPTOR.fields_by_name and \
+                e.HasField("token_file"):
+            kw["token_file"] = TokenFile(e.token_file.path,
+                                         e.token_file.token_bytes)
         c = EngineConfig(**kw)
         c.validate()
         return c
@@ -170,6 +208,8 @@ class EngineConfig:
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
             raise bad("weight_decay", self.weight_decay,
                       "a finite number >= 0")
+        if self.token_file is not None:
+            self.token_file.validate()
 
 
 @dataclasses.dataclass(frozen=True)

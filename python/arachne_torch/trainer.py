@@ -37,7 +37,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from arachne_torch import state as st
-from arachne_torch.corpus import SyntheticCorpus, splitmix64
+from arachne_torch.corpus import make_corpus, splitmix64
 from arachne_torch.job import Job, Plan
 from arachne_torch.layout import Layout
 
@@ -249,8 +249,7 @@ class Trainer:
         self.role = layout.ranks[plan_rank]
         self.tmpl = plan.templates[self.role.template]
         self.stage = self.tmpl.stages[self.role.stage]
-        self.corpus = SyntheticCorpus(job.engine.data_seed, job.model.vocab,
-                                      job.training.seq_len)
+        self.corpus = make_corpus(job)  # BadRequest: a bad token file
         self.params: List[_Param] = []
         self.param_index: Dict[str, int] = {}
         self.scalars = [0] * st.NUM_SCALARS
