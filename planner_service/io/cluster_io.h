@@ -22,6 +22,7 @@
 #include "nlohmann/json.hpp"
 #include "planner_service/core/cluster.h"
 #include "planner_service/core/gpu_catalog.h"
+#include "planner_service/io/input_bounds.h"
 
 namespace arachne {
 
@@ -29,8 +30,8 @@ namespace arachne {
 // before any node is made, so a typo such as `count: 100000000` is an error
 // and not a memory blow-up.
 inline constexpr int kMaxClusterNodes = 4096;
-// Longest node name or name_prefix (real ones are a few dozen bytes).
-inline constexpr int kMaxNodeNameBytes = 256;
+// The longest node name or name_prefix is kMaxNodeNameBytes
+// (input_bounds.h), the length of the controller's node-name rule.
 
 // Resolves a cluster message against the GPU catalog. Nodes come in message
 // order: `nodes` first, then each group's nodes. A node without a name is

@@ -37,10 +37,10 @@ std::pair<int, int> LineColumnOfByte(absl::string_view text, size_t byte) {
   return {line, column};
 }
 
-// Offset of the first byte of `s` that does not belong to a well-formed
-// UTF-8 sequence (overlong forms, surrogates and code points above U+10FFFF
-// included), or npos. nlohmann's dump throws on such strings, so none may
-// enter a tree.
+}  // namespace
+
+// nlohmann's dump throws on strings that are not UTF-8, so none may enter a
+// tree.
 size_t FirstInvalidUtf8(absl::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
@@ -75,6 +75,8 @@ size_t FirstInvalidUtf8(absl::string_view s) {
   }
   return absl::string_view::npos;
 }
+
+namespace {
 
 std::string SizeLimitMessage(absl::string_view what, int64_t size,
                              int64_t limit) {

@@ -73,6 +73,11 @@ std::string AbbreviateQuoted(absl::string_view message,
 // UTF-8 are shown as U+FFFD.
 std::string QuoteForMessage(absl::string_view s);
 
+// Offset of the first byte of `s` that does not belong to a well-formed
+// UTF-8 sequence (overlong forms, surrogates and code points above U+10FFFF
+// included), or npos.
+size_t FirstInvalidUtf8(absl::string_view s);
+
 // Parses `text` as JSON when it starts with '{' or '[' (after whitespace) and
 // is valid JSON; otherwise as YAML (unless `source_name` ends in ".json",
 // which must be valid JSON), converted to the same tree: plain scalars

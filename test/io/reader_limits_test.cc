@@ -362,7 +362,7 @@ TEST(ReaderLimitsTest, LongNodeNamesAreRefused) {
       "cluster.yaml", Catalog());
   ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(c.status().message()),
-              HasSubstr("cluster.yaml: nodes[0].name: must be at most 256 "
+              HasSubstr("cluster.yaml: nodes[0].name: must be at most 253 "
                         "bytes, got \"nnnn"));
 }
 
