@@ -1,6 +1,7 @@
 #include "controller/controller.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,8 @@
 #include "glog/logging.h"
 #include "google/protobuf/util/json_util.h"
 #include "planner_service/io/cluster_io.h"
+#include "planner_service/io/input_bounds.h"
+#include "planner_service/io/json_yaml.h"
 #include "migration/core/diff.h"
 #include "migration/core/schedule.h"
 #include "planner_service/io/plan_io.h"
@@ -251,16 +254,16 @@ void JobController::Emit(const std::string& kind, const std::string& message,
   v1::Event e;
   e.set_time_unix_s(UnixSeconds(clock_->Now()));
   e.set_kind(kind);
-  e.set_message(message);
+  e.set_message(TruncateText(message, kMaxRecordTextBytes));
   e.set_generation(generation);
-  LOG(INFO) << kind << ": " << message;
+  LOG(INFO) << kind << ": " << e.message();
   events_.Add(std::move(e));
 }
 
 void JobController::Fail(const std::string& message) {
   {
     absl::MutexLock lock(&mu_);
-    error_ = message;
+    error_ = TruncateText(message, kMaxRecordTextBytes);
   }
   Emit("error", message);
 }
@@ -430,11 +433,24 @@ absl::StatusOr<v1::RegisterResponse> JobController::Register(
     const v1::RegisterRequest& r) {
   MemberSpec spec;
   spec.node = r.node();
+  if (!spec.node.empty()) {
+    if (absl::Status s = CheckNodeName("node", spec.node); !s.ok()) return s;
+  }
+  // 0 is the catalog's figure; anything else a real GPU's memory.
+  if (r.memory_gib() != 0 &&
+      !(std::isfinite(r.memory_gib()) && r.memory_gib() > 0 &&
+        r.memory_gib() <= kMaxMemoryGibPerGpu)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory_gib: must be GiB per GPU in (0, ",
+                     kMaxMemoryGibPerGpu, "] (or 0 for the catalog's), got ",
+                     r.memory_gib()));
+  }
   if (!r.gpu_type().empty()) {
     absl::StatusOr<int> type = catalog_.IndexOf(r.gpu_type());
     if (!type.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("gpu_type: ", type.status().message()));
+          absl::StrCat("gpu_type: ", AbbreviateQuoted(type.status().message(),
+                                                      r.gpu_type())));
     }
     spec.gpu_type = catalog_.type(*type).id;
     spec.memory_gib =
@@ -442,9 +458,14 @@ absl::StatusOr<v1::RegisterResponse> JobController::Register(
   }
   spec.gpus = r.gpus();
   spec.address = r.address();
+  if (spec.address.size() > kMaxAddressBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address: must be host:port of at most ", kMaxAddressBytes,
+                     " bytes, got ", QuoteForMessage(spec.address)));
+  }
   if (!spec.address.empty() && spec.address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "address: must be host:port, got \"", spec.address, "\""));
+        "address: must be host:port, got ", QuoteForMessage(spec.address)));
   }
   if (r.gpus() > 64) {
     return absl::InvalidArgumentError(
@@ -530,6 +551,10 @@ absl::Status JobController::CheckGeneration(int64_t generation,
 
 absl::StatusOr<v1::HeartbeatResponse> JobController::Heartbeat(
     const v1::HeartbeatRequest& r) {
+  if (r.node().empty()) {
+    return absl::InvalidArgumentError("node: required, got none");
+  }
+  if (absl::Status s = CheckNodeName("node", r.node()); !s.ok()) return s;
   if (absl::Status s = membership_.Heartbeat(r.node()); !s.ok()) return s;
   v1::HeartbeatResponse out;
   out.set_lease_s(absl::ToDoubleSeconds(config_.job.membership.lease));
@@ -538,9 +563,24 @@ absl::StatusOr<v1::HeartbeatResponse> JobController::Heartbeat(
 
 absl::Status JobController::AnnounceJoin(const v1::AnnounceJoinRequest& r) {
   std::vector<std::string> nodes(r.nodes().begin(), r.nodes().end());
-  if (!std::isfinite(r.within_s())) {
+  if (nodes.empty()) {
+    return absl::InvalidArgumentError("nodes: required, got none");
+  }
+  if (nodes.size() > static_cast<size_t>(kMaxClusterNodes)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("within_s: must be > 0, got ", r.within_s()));
+        absl::StrCat("nodes: must be at most ", kMaxClusterNodes,
+                     " node names, got ", nodes.size()));
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (absl::Status s = CheckNodeName(absl::StrCat("nodes[", i, "]"), nodes[i]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s =
+          CheckSeconds("within_s", r.within_s(), kMaxAnnounceSeconds);
+      !s.ok()) {
+    return s;
   }
   absl::Status s = membership_.AnnounceJoin(nodes, absl::Seconds(r.within_s()));
   if (s.ok()) {
@@ -553,9 +593,11 @@ absl::Status JobController::DrainNode(const v1::DrainNodeRequest& r) {
   if (r.node().empty()) {
     return absl::InvalidArgumentError("node: required, got none");
   }
-  if (!std::isfinite(r.deadline_s())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("deadline_s: must be > 0, got ", r.deadline_s()));
+  if (absl::Status s = CheckNodeName("node", r.node()); !s.ok()) return s;
+  if (absl::Status s =
+          CheckSeconds("deadline_s", r.deadline_s(), kMaxDrainSeconds);
+      !s.ok()) {
+    return s;
   }
   if (absl::Status s = CheckGeneration(r.generation(), "DrainNode"); !s.ok()) {
     return s;
@@ -570,7 +612,9 @@ absl::Status JobController::RequestReplan(const v1::RequestReplanRequest& r) {
       !s.ok()) {
     return s;
   }
-  membership_.RequestReplan(r.reason().empty() ? "requested" : r.reason());
+  membership_.RequestReplan(r.reason().empty()
+                                ? "requested"
+                                : TruncateText(r.reason(), kMaxReasonBytes));
   return absl::OkStatus();
 }
 
@@ -647,7 +691,22 @@ absl::StatusOr<v1::GetStatusResponse> JobController::GetStatus() {
   for (const DecisionRecord& d : *decisions) {
     *out.add_decisions() = DecisionToProto(d);
   }
+  FitStatusBudget(&out, kStatusBudgetBytes);
   return out;
+}
+
+void FitStatusBudget(v1::GetStatusResponse* status, size_t budget_bytes) {
+  // The oldest decisions go first, then the oldest generations: both lists
+  // are the most recent first.
+  while (status->ByteSizeLong() > budget_bytes && status->decisions_size() > 0) {
+    status->mutable_decisions()->RemoveLast();
+    status->set_decisions_omitted(status->decisions_omitted() + 1);
+  }
+  while (status->ByteSizeLong() > budget_bytes &&
+         status->generations_size() > 0) {
+    status->mutable_generations()->RemoveLast();
+    status->set_generations_omitted(status->generations_omitted() + 1);
+  }
 }
 
 // ---- the reconcile loop ----
@@ -685,7 +744,9 @@ void JobController::ReconcileOnce() {
       for (const MembershipChange& c : membership_.TakePending()) {
         what.push_back(absl::StrCat(ChangeKindName(c.kind), " ", c.node));
       }
-      StartFirstPlan(what.empty() ? "retry" : absl::StrJoin(what, ", "));
+      StartFirstPlan(what.empty() ? "retry"
+                                  : TruncateText(absl::StrJoin(what, ", "),
+                                                 kMaxRecordTextBytes));
     }
   } else if (due || retry) {
     std::vector<std::string> what;
@@ -696,7 +757,9 @@ void JobController::ReconcileOnce() {
                                       ? absl::StrCat(" (", c.detail, ")")
                                       : ""));
     }
-    Replan(what.empty() ? "retry" : absl::StrJoin(what, ", "));
+    Replan(what.empty()
+               ? "retry"
+               : TruncateText(absl::StrJoin(what, ", "), kMaxRecordTextBytes));
   }
   PollAgents();
 }
@@ -1321,14 +1384,16 @@ void JobController::RecordDecision(const Decision& d, int64_t generation) {
   DecisionRecord r;
   r.time = clock_->Now();
   r.decision = d;
+  r.decision.trigger = TruncateText(d.trigger, kMaxRecordTextBytes);
+  r.decision.reason = TruncateText(d.reason, kMaxRecordTextBytes);
   r.generation = generation;
   absl::StatusOr<int64_t> id = store_->AppendDecision(r);
   if (id.ok()) r.id = *id;
   v1::Event e;
   e.set_time_unix_s(UnixSeconds(r.time));
   e.set_kind("decision");
-  e.set_message(absl::StrCat(VerdictName(d.verdict), " (", d.trigger, "): ",
-                             d.reason));
+  e.set_message(absl::StrCat(VerdictName(d.verdict), " (", r.decision.trigger,
+                             "): ", r.decision.reason));
   e.set_generation(generation);
   *e.mutable_decision() = DecisionToProto(r);
   LOG(INFO) << "decision: " << e.message();

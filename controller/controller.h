@@ -78,6 +78,22 @@ struct JobControllerConfig {
   absl::Duration refit_interval = absl::Seconds(10);
 };
 
+// Bounds on what the RPCs accept (docs/errors.md, "Input bounds"); node
+// names, reasons and UTF-8 follow planner_service/io/input_bounds.h.
+//
+// AnnounceJoin.within_s: a replan waits at most this long for announced
+// nodes (an hour: any machine that is coming arrives well within it).
+inline constexpr double kMaxAnnounceSeconds = 3600;
+// DrainNode.deadline_s: a day.
+inline constexpr double kMaxDrainSeconds = 86400;
+// Register.memory_gib (per GPU): above any GPU made.
+inline constexpr double kMaxMemoryGibPerGpu = 1024;
+// Register.address: host:port.
+inline constexpr size_t kMaxAddressBytes = 512;
+// GetStatus: the response is cut to this size (oldest decisions first, then
+// the oldest generations), well inside gRPC's default 4 MiB message limit.
+inline constexpr size_t kStatusBudgetBytes = size_t{3} << 20;
+
 // The recent events kept for WatchEvents, with a sequence number each.
 class EventLog {
  public:
@@ -278,6 +294,11 @@ class JobController {
 
 // The message of a decision record.
 v1::Decision DecisionToProto(const DecisionRecord& record);
+
+// Drops the oldest decisions, then the oldest generations, of `status` until
+// its serialized size is at most `budget_bytes` (or none is left), counting
+// them in decisions_omitted and generations_omitted.
+void FitStatusBudget(v1::GetStatusResponse* status, size_t budget_bytes);
 
 }  // namespace arachne::controller
 

@@ -23,12 +23,26 @@ absl::Status FieldError(absl::string_view source, absl::string_view field,
                      : absl::StrCat(source, ": ", field, ": ", message));
 }
 
-// A seconds value: finite and > 0 (the JSON mapping accepts "NaN").
+// Every duration of the job file and the settings is at most this (30
+// days): 1e308 would be an infinite absl::Duration.
+constexpr double kMaxSettingSeconds = 30 * 86400;
+
+absl::Status AtMostMaxSeconds(double v, absl::string_view source,
+                              absl::string_view field) {
+  if (v <= kMaxSettingSeconds) return absl::OkStatus();
+  return FieldError(source, field,
+                    absl::StrCat("must be at most ", kMaxSettingSeconds,
+                                 " seconds (30 days), got ", v));
+}
+
+// A seconds value: finite and > 0 (the JSON mapping accepts "NaN"), at most
+// kMaxSettingSeconds.
 absl::StatusOr<absl::Duration> PositiveSeconds(double v, absl::string_view source,
                                                absl::string_view field) {
   if (!(std::isfinite(v) && v > 0)) {
     return FieldError(source, field, absl::StrCat("must be > 0 seconds, got ", v));
   }
+  if (absl::Status s = AtMostMaxSeconds(v, source, field); !s.ok()) return s;
   return absl::Seconds(v);
 }
 
@@ -84,6 +98,11 @@ absl::StatusOr<JobSettings> ResolveJob(const v1::JobSpec& spec,
                         absl::StrCat("must be >= 0 seconds, got ",
                                      spec.join_window_s()));
     }
+    if (absl::Status s =
+            AtMostMaxSeconds(spec.join_window_s(), source, "join_window_s");
+        !s.ok()) {
+      return s;
+    }
     j.membership.join_window = absl::Seconds(spec.join_window_s());
   }
   if (spec.has_switch_horizon_s()) {
@@ -98,6 +117,11 @@ absl::StatusOr<JobSettings> ResolveJob(const v1::JobSpec& spec,
       return FieldError(source, "switch_fixed_cost_s",
                         absl::StrCat("must be >= 0 seconds, got ",
                                      spec.switch_fixed_cost_s()));
+    }
+    if (absl::Status s = AtMostMaxSeconds(spec.switch_fixed_cost_s(), source,
+                                          "switch_fixed_cost_s");
+        !s.ok()) {
+      return s;
     }
     j.switch_fixed_cost_s = spec.switch_fixed_cost_s();
   }
@@ -197,9 +221,12 @@ absl::StatusOr<JobSettings> ResolveJob(const v1::JobSpec& spec,
     j.planner_token = *token;
   }
   j.planner = p.planner();
-  if (p.budget_s() < 0 || !std::isfinite(p.budget_s())) {
-    return FieldError(source, "planner.budget_s",
-                      absl::StrCat("must be > 0 (or 0 for 2), got ", p.budget_s()));
+  // The planning service's own maximum (docs/api.md, options.budget_s).
+  if (p.budget_s() < 0 || !std::isfinite(p.budget_s()) ||
+      p.budget_s() > 86400) {
+    return FieldError(
+        source, "planner.budget_s",
+        absl::StrCat("must be in (0, 86400] (or 0 for 2), got ", p.budget_s()));
   }
   if (p.budget_s() > 0) j.planner_budget_s = p.budget_s();
   j.planner_max_depth = p.max_depth();
@@ -237,9 +264,11 @@ absl::StatusOr<SwitchHold> ParseSwitchHold(absl::string_view text) {
   double seconds = 0;
   if (!absl::StartsWith(text, kPrefix) || colon == absl::string_view::npos ||
       !absl::SimpleAtod(text.substr(colon + 1), &seconds) ||
-      !std::isfinite(seconds) || seconds <= 0) {
+      !std::isfinite(seconds) || seconds <= 0 ||
+      seconds > kMaxSettingSeconds) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "must be hold-before-<phase>:<seconds > 0>, got \"", text, "\""));
+        "must be hold-before-<phase>:<seconds in (0, 2592000]>, got \"", text,
+        "\""));
   }
   const absl::string_view phase =
       text.substr(kPrefix.size(), colon - kPrefix.size());
@@ -357,9 +386,11 @@ absl::StatusOr<ControllerSettings> ResolveControllerConfig(
   }
   s.profiles_dir = c.profiles_dir();
   if (c.has_grace_s()) {
-    if (!(std::isfinite(c.grace_s()) && c.grace_s() >= 0)) {
+    if (!(std::isfinite(c.grace_s()) && c.grace_s() >= 0 &&
+          c.grace_s() <= kMaxSettingSeconds)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(name("grace_s"), ": must be >= 0, got ", c.grace_s()));
+          absl::StrCat(name("grace_s"), ": must be in [0, ", kMaxSettingSeconds,
+                       "] seconds, got ", c.grace_s()));
     }
     s.grace = absl::Seconds(c.grace_s());
   }

@@ -1,18 +1,16 @@
 #include "controller/controller_service.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "planner_service/io/input_bounds.h"
 #include "rpc/grpc_status.h"
 #include "rpc/server.h"
 
 namespace arachne::controller {
-
-ControllerService::ControllerService(JobController* controller,
-                                     std::string bearer_token)
-    : controller_(controller), bearer_token_(std::move(bearer_token)) {
-  CHECK(controller_ != nullptr);
-}
 
 namespace {
 
@@ -37,43 +35,103 @@ absl::Status Assign(absl::StatusOr<T> v, T* out) {
   return absl::OkStatus();
 }
 
+// One unary call over raw bytes: authenticates, reads the request and
+// parses it as `Request` (ParseMessageBytes names a field that is not
+// UTF-8), runs `work(request, &response)` and writes the response.
+template <typename Request, typename Response, typename Work>
+grpc::Status RunRaw(grpc::ServerContext* context, const std::string& token,
+                    const char* method,
+                    grpc::ServerUnaryStreamer<grpc::ByteBuffer,
+                                              grpc::ByteBuffer>* stream,
+                    Work work) {
+  Response response;
+  grpc::Status status = Run(context, token, method, [&]() -> absl::Status {
+    grpc::ByteBuffer raw;
+    if (!stream->Read(&raw)) {
+      return absl::InvalidArgumentError("request: none was sent");
+    }
+    std::vector<grpc::Slice> slices;
+    if (!raw.Dump(&slices).ok()) {
+      return absl::InvalidArgumentError("request: cannot be read");
+    }
+    std::string bytes;
+    for (const grpc::Slice& slice : slices) {
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+    Request request;
+    if (absl::Status s = ParseMessageBytes(bytes, &request); !s.ok()) return s;
+    return work(request, &response);
+  });
+  if (!status.ok()) return status;
+  const std::string out = response.SerializeAsString();
+  grpc::Slice slice(out);
+  if (!stream->Write(grpc::ByteBuffer(&slice, 1))) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace
 
-grpc::Status ControllerService::Register(grpc::ServerContext* context,
-                                         const v1::RegisterRequest* request,
-                                         v1::RegisterResponse* response) {
-  return Run(context, bearer_token_, "Register", [&]() {
-    return Assign(controller_->Register(*request), response);
+ControllerService::ControllerService(JobController* controller,
+                                     std::string bearer_token)
+    : controller_(controller), bearer_token_(std::move(bearer_token)) {
+  CHECK(controller_ != nullptr);
+  ServeRaw("Register", [this](grpc::ServerContext* c, RawStream* s) {
+    return RunRaw<v1::RegisterRequest, v1::RegisterResponse>(
+        c, bearer_token_, "Register", s,
+        [this](const v1::RegisterRequest& r, v1::RegisterResponse* out) {
+          return Assign(controller_->Register(r), out);
+        });
+  });
+  ServeRaw("Heartbeat", [this](grpc::ServerContext* c, RawStream* s) {
+    return RunRaw<v1::HeartbeatRequest, v1::HeartbeatResponse>(
+        c, bearer_token_, "Heartbeat", s,
+        [this](const v1::HeartbeatRequest& r, v1::HeartbeatResponse* out) {
+          return Assign(controller_->Heartbeat(r), out);
+        });
+  });
+  ServeRaw("AnnounceJoin", [this](grpc::ServerContext* c, RawStream* s) {
+    return RunRaw<v1::AnnounceJoinRequest, v1::AnnounceJoinResponse>(
+        c, bearer_token_, "AnnounceJoin", s,
+        [this](const v1::AnnounceJoinRequest& r, v1::AnnounceJoinResponse*) {
+          return controller_->AnnounceJoin(r);
+        });
+  });
+  ServeRaw("DrainNode", [this](grpc::ServerContext* c, RawStream* s) {
+    return RunRaw<v1::DrainNodeRequest, v1::DrainNodeResponse>(
+        c, bearer_token_, "DrainNode", s,
+        [this](const v1::DrainNodeRequest& r, v1::DrainNodeResponse*) {
+          return controller_->DrainNode(r);
+        });
+  });
+  ServeRaw("RequestReplan", [this](grpc::ServerContext* c, RawStream* s) {
+    return RunRaw<v1::RequestReplanRequest, v1::RequestReplanResponse>(
+        c, bearer_token_, "RequestReplan", s,
+        [this](const v1::RequestReplanRequest& r, v1::RequestReplanResponse*) {
+          return controller_->RequestReplan(r);
+        });
   });
 }
 
-grpc::Status ControllerService::Heartbeat(grpc::ServerContext* context,
-                                          const v1::HeartbeatRequest* request,
-                                          v1::HeartbeatResponse* response) {
-  return Run(context, bearer_token_, "Heartbeat", [&]() {
-    return Assign(controller_->Heartbeat(*request), response);
-  });
-}
-
-grpc::Status ControllerService::AnnounceJoin(
-    grpc::ServerContext* context, const v1::AnnounceJoinRequest* request,
-    v1::AnnounceJoinResponse*) {
-  return Run(context, bearer_token_, "AnnounceJoin",
-             [&]() { return controller_->AnnounceJoin(*request); });
-}
-
-grpc::Status ControllerService::DrainNode(grpc::ServerContext* context,
-                                          const v1::DrainNodeRequest* request,
-                                          v1::DrainNodeResponse*) {
-  return Run(context, bearer_token_, "DrainNode",
-             [&]() { return controller_->DrainNode(*request); });
-}
-
-grpc::Status ControllerService::RequestReplan(
-    grpc::ServerContext* context, const v1::RequestReplanRequest* request,
-    v1::RequestReplanResponse*) {
-  return Run(context, bearer_token_, "RequestReplan",
-             [&]() { return controller_->RequestReplan(*request); });
+void ControllerService::ServeRaw(
+    const char* name,
+    std::function<grpc::Status(grpc::ServerContext*, RawStream*)> handler) {
+  // The method's index in the service is its index in controller.proto.
+  const google::protobuf::ServiceDescriptor* service =
+      v1::RegisterRequest::descriptor()->file()->FindServiceByName(
+          "Controller");
+  CHECK(service != nullptr);
+  const google::protobuf::MethodDescriptor* method =
+      service->FindMethodByName(name);
+  CHECK(method != nullptr) << "Controller has no method " << name;
+  // A "streamed unary" method: still a synchronous handler on the server's
+  // threads, one request and one response, but as bytes.
+  MarkMethodStreamed(
+      method->index(),
+      new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer,
+                                               grpc::ByteBuffer>(
+          std::move(handler)));
 }
 
 grpc::Status ControllerService::GetStatus(grpc::ServerContext* context,

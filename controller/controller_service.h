@@ -7,11 +7,18 @@
 // for an unknown node, UNAVAILABLE for a node backed off for flapping,
 // UNAUTHENTICATED for a missing or wrong token).
 //
+// The unary RPCs whose requests carry strings (Register, Heartbeat,
+// AnnounceJoin, DrainNode, RequestReplan) take their request as bytes and
+// parse it with ParseMessageBytes (planner_service/io/input_bounds.h), so a
+// string field that is not UTF-8 is INVALID_ARGUMENT naming the field, not
+// the INTERNAL with an empty message that gRPC's own parser answers.
+//
 // WatchEvents streams until the caller cancels or the server shuts down.
 #ifndef ARACHNE_CONTROLLER_CONTROLLER_SERVICE_H_
 #define ARACHNE_CONTROLLER_CONTROLLER_SERVICE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,21 +38,6 @@ class ControllerService final : public v1::Controller::Service {
   // `controller` must outlive the service.
   ControllerService(JobController* controller, std::string bearer_token);
 
-  grpc::Status Register(grpc::ServerContext* context,
-                        const v1::RegisterRequest* request,
-                        v1::RegisterResponse* response) override;
-  grpc::Status Heartbeat(grpc::ServerContext* context,
-                         const v1::HeartbeatRequest* request,
-                         v1::HeartbeatResponse* response) override;
-  grpc::Status AnnounceJoin(grpc::ServerContext* context,
-                            const v1::AnnounceJoinRequest* request,
-                            v1::AnnounceJoinResponse* response) override;
-  grpc::Status DrainNode(grpc::ServerContext* context,
-                         const v1::DrainNodeRequest* request,
-                         v1::DrainNodeResponse* response) override;
-  grpc::Status RequestReplan(grpc::ServerContext* context,
-                             const v1::RequestReplanRequest* request,
-                             v1::RequestReplanResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext* context,
                          const v1::GetStatusRequest* request,
                          v1::GetStatusResponse* response) override;
@@ -57,6 +49,12 @@ class ControllerService final : public v1::Controller::Service {
   void Shutdown() { shutting_down_ = true; }
 
  private:
+  using RawStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, grpc::ByteBuffer>;
+  // Serves method `name` of the service with `handler` over raw bytes.
+  void ServeRaw(const char* name,
+                std::function<grpc::Status(grpc::ServerContext*, RawStream*)>
+                    handler);
+
   JobController* const controller_;
   const std::string bearer_token_;
   std::atomic<bool> shutting_down_{false};

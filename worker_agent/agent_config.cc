@@ -12,6 +12,7 @@
 #include "planner_service/core/node_pool.h"
 #include "planner_service/io/config_file.h"
 #include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/input_bounds.h"
 #include "planner_service/io/model_io.h"
 
 namespace arachne::agent {
@@ -71,8 +72,12 @@ absl::Status CheckValues(const v1::AgentConfig& config,
         names, "listen",
         absl::StrCat("must be host:port, got \"", config.listen(), "\""));
   }
-  if (config.has_node() && config.node().empty()) {
-    return ValueError(names, "node", "must be a node name, got \"\"");
+  // The controller's node-name rule (docs/errors.md, "Input bounds"): the
+  // agent registers under this name, so it must pass there too.
+  if (config.has_node()) {
+    if (absl::Status s = CheckNodeName(names("node"), config.node()); !s.ok()) {
+      return s;
+    }
   }
   if (config.has_failpoint() && !config.failpoint().empty() &&
       config.failpoint() != "corrupt-migration-stage-1" &&
