@@ -370,9 +370,11 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
     t.agent_rebuild_s = std::max(t.agent_rebuild_s, st->rebuild_engines.seconds);
     t.agent_groups_s = std::max(t.agent_groups_s, st->rebuild_groups.seconds);
     t.agent_resume_s = std::max(t.agent_resume_s, st->resume.seconds);
-    t.bytes_stage1 += st->stage1.bytes_sent;
-    t.bytes_stage2 += st->stage2.bytes_sent;
-    t.bytes_moved += st->stage1.bytes_sent + st->stage2.bytes_sent;
+    // Counted where the bytes landed: every receiver is in the new plan,
+    // while a drained sender may already be released and not answer.
+    t.bytes_stage1 += st->stage1.bytes_received;
+    t.bytes_stage2 += st->stage2.bytes_received;
+    t.bytes_moved += st->stage1.bytes_received + st->stage2.bytes_received;
   }
   out.status = absl::OkStatus();
   return out;

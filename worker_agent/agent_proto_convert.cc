@@ -108,6 +108,10 @@ EngineConfig EngineConfigFromProto(const v1::EngineConfig& e) {
   if (e.has_weight_decay()) out.weight_decay = e.weight_decay();
   if (e.has_data_seed()) out.data_seed = e.data_seed();
   if (e.has_init_seed()) out.init_seed = e.init_seed();
+  if (e.has_token_file()) {
+    out.token_file = EngineConfig::TokenFile{e.token_file().path(),
+                                             e.token_file().token_bytes()};
+  }
   return out;
 }
 
@@ -121,6 +125,10 @@ v1::EngineConfig EngineConfigToProto(const EngineConfig& e) {
   out.set_weight_decay(e.weight_decay);
   out.set_data_seed(e.data_seed);
   out.set_init_seed(e.init_seed);
+  if (e.token_file.has_value()) {
+    out.mutable_token_file()->set_path(e.token_file->path);
+    out.mutable_token_file()->set_token_bytes(e.token_file->token_bytes);
+  }
   return out;
 }
 
@@ -178,6 +186,46 @@ void PlanLayoutToProto(const migration::PlanLayout& layout,
       out_h->set_end(h.range.end);
     }
   }
+}
+
+void RankMigrationToProto(const migration::StateDiff& diff,
+                          const migration::MigrationSchedule& schedule,
+                          int rank, v1::RankMigration* out) {
+  CHECK_GE(rank, 0);
+  CHECK_LT(rank, static_cast<int>(diff.required.size()));
+  out->Clear();
+  out->set_rank(rank);
+  out->set_world_size(static_cast<int>(diff.required.size()));
+  for (const migration::Holding& h : diff.kept[rank]) {
+    v1::MigrationSegment* s = out->add_kept();
+    s->set_tensor(h.tensor);
+    s->set_begin(h.range.begin);
+    s->set_end(h.range.end);
+  }
+  for (int stage : {1, 2}) {
+    const std::vector<migration::Round>& rounds = schedule.stage(stage);
+    auto* transfers = stage == 1 ? out->mutable_stage1() : out->mutable_stage2();
+    for (size_t r = 0; r < rounds.size(); ++r) {
+      for (const migration::Transfer& t : rounds[r].transfers) {
+        if (t.sender != rank && t.receiver != rank) continue;
+        // A rank never sends to itself (kept bytes are copied locally), so
+        // each transfer is one end's send or the other's receive.
+        CHECK_NE(t.sender, t.receiver);
+        v1::MigrationTransfer* m = transfers->Add();
+        m->set_round(static_cast<int>(r));
+        m->set_send(t.sender == rank);
+        m->set_peer(t.sender == rank ? t.receiver : t.sender);
+        for (const migration::TransferSegment& seg : t.segments) {
+          v1::MigrationSegment* s = m->add_segments();
+          s->set_tensor(seg.tensor);
+          s->set_begin(seg.range.begin);
+          s->set_end(seg.range.end);
+        }
+      }
+    }
+  }
+  out->set_stage1_rounds(static_cast<int>(schedule.stage1.size()));
+  out->set_stage2_rounds(static_cast<int>(schedule.stage2.size()));
 }
 
 absl::StatusOr<PrepareArgs> PrepareArgsFromProto(

@@ -20,6 +20,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "arachne/v1/agent.pb.h"
+#include "migration/core/diff.h"
+#include "migration/core/schedule.h"
 #include "migration/core/state_layout.h"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
@@ -86,6 +88,13 @@ absl::StatusOr<migration::ModelState> ModelStateFromProto(
 // plan in plan-rank order (layout.gpus()), with its role and holdings.
 void PlanLayoutToProto(const migration::PlanLayout& layout,
                        v1::StateLayout* out);
+
+// Migration rank `rank`'s part of a switch (PrepareRequest.migration): the
+// ranges it keeps and its transfers of `schedule`, built from `diff`, in
+// round order.
+void RankMigrationToProto(const migration::StateDiff& diff,
+                          const migration::MigrationSchedule& schedule,
+                          int rank, v1::RankMigration* out);
 
 // Every field of a PrepareRequest resolved against the agent's catalogs
 // (`models` is the model catalog for model.name). Checks what the request's

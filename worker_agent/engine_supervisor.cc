@@ -542,11 +542,39 @@ absl::StatusOr<PrepareResult> EngineSupervisor::Prepare(
       migration::PlanLayout::Create(described->state, args.plan, args.cluster);
   if (!layout.ok()) return layout.status();
   PlanLayoutToProto(*layout, request.mutable_layout());
+  // The migration, computed once here and sent to each engine as its share
+  // (PrepareRequest.migration), so an engine need not compute diffs or
+  // schedules; the same deterministic diff and schedule every rank of the
+  // switch computes.
+  std::optional<migration::MigrationWorld> world;
+  std::optional<migration::StateDiff> diff;
+  std::optional<migration::MigrationSchedule> schedule;
+  if (args.old_plan.has_value() && args.checkpoint_dir.empty()) {
+    world.emplace(args.cluster, catalog_);
+    migration::DiffOptions options;
+    options.lost = args.lost;
+    absl::StatusOr<migration::StateDiff> d = migration::ComputeDiff(
+        described->state, *args.old_plan, *args.old_cluster, args.plan,
+        args.cluster, *world, options);
+    if (!d.ok()) return d.status();  // a byte without a holder
+    diff = *std::move(d);
+    schedule = migration::BuildSchedule(*diff, *world);
+  }
   std::vector<v1::PrepareResponse> answers(engines_.size());
   const std::vector<int> all = AllEngines();
   absl::Status s = OnEngines(all, [&](int i) {
     Engine& e = *engines_[i];
-    absl::Status st = Call(e, "Prepare", &v1::Engine::Stub::Prepare, request,
+    v1::PrepareRequest mine;
+    const v1::PrepareRequest* to_send = &request;
+    if (diff.has_value()) {
+      const int rank = world->RankOf({gpus_.node, e.index});
+      if (rank >= 0) {
+        mine = request;
+        RankMigrationToProto(*diff, *schedule, rank, mine.mutable_migration());
+        to_send = &mine;
+      }
+    }
+    absl::Status st = Call(e, "Prepare", &v1::Engine::Stub::Prepare, *to_send,
                            &answers[i], config_.call_timeout);
     if (st.ok()) {
       absl::MutexLock l(&e.mu);

@@ -30,7 +30,10 @@ from arachne_torch import checkpoint as ckpt
 from arachne_torch import state as st
 from arachne_torch.job import BadRequest, Job, Plan
 from arachne_torch.layout import Layout
-from arachne_torch.trainer import Trainer, TrainingError, parse_store_address
+from arachne_torch import migration as mig
+from arachne_torch.trainer import (Trainer, TrainingError, generation_prefix,
+                                   gloo_group, open_job_store,
+                                   parse_store_address)
 
 PROTOCOL_VERSION = 1
 ENGINE_NAME = "arachne_torch (PyTorch engine)"
@@ -105,6 +108,12 @@ class Generation:
     plan_rank: int                    # -1: this GPU is not in the plan
     trainer: Optional[Trainer]
     checkpoint_dir: str = ""
+    # A switch that migrates: this GPU's share of the schedule, the
+    # migration world's group, and the executor stage 1 starts.
+    migration: Optional[mig.RankMigration] = None
+    migration_group: object = None
+    executor: Optional[mig.Executor] = None
+    cluster_gpus: tuple = ()  # (node, index) per migration rank
 
 
 def _timing(seconds=0.0):
@@ -233,12 +242,7 @@ class EngineRuntime:
                 raise BadRequest(
                     f"old_plan: generation {req.generation} needs the plan it "
                     "replaces (or a checkpoint_dir to restore from)")
-            if has_old and not req.checkpoint_dir:
-                raise Refused(
-                    grpc.StatusCode.UNIMPLEMENTED,
-                    f"{self.gpu}: arachne_torch does not migrate state between "
-                    f"plans yet; generation {req.generation} can restore from "
-                    "a checkpoint (checkpoint_dir) instead")
+            migrating = bool(has_old) and not req.checkpoint_dir
             self._check_node(req.cluster, "cluster")
             parse_store_address(req.store_address)
             job = Job.from_request(req)
@@ -246,8 +250,37 @@ class EngineRuntime:
             tensors = st.model_state(job.model)
             layout = Layout.from_proto(req.layout, plan, tensors)
             rank = layout.plan_rank_of_gpu(self.env.node, self.env.local_rank)
+            share, group = None, None
+            if migrating:
+                if not req.HasField("migration"):
+                    raise BadRequest(
+                        "migration: required when generation "
+                        f"{req.generation} migrates from old_plan (the "
+                        "agent sends each engine its share of the schedule)")
+                share = mig.RankMigration.from_proto(
+                    req.migration, tensors,
+                    mig.cluster_rank(req.cluster, self.env.node,
+                                     self.env.local_rank),
+                    mig.cluster_size(req.cluster))
             trainer = None
             t0 = time.monotonic()
+            if migrating:
+                # First, so every GPU of the new cluster meets here before
+                # the plan's own groups (which only some of them join).
+                try:
+                    store = open_job_store(
+                        req.store_address,
+                        generation_prefix(req.generation) + "/migration", 60)
+                    group = gloo_group(
+                        store, "world", share.rank, share.world_size,
+                        torch.distributed.ProcessGroupGloo.create_device(
+                            hostname=self.env.host), 300)
+                except RuntimeError as e:
+                    raise Refused(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"{self.gpu}: building the migration group of "
+                        f"generation {req.generation} failed: "
+                        f"{str(e).splitlines()[0] if str(e) else e}") from e
             if rank >= 0:
                 try:
                     trainer = Trainer(
@@ -255,12 +288,16 @@ class EngineRuntime:
                         req.store_address, self.env.host,
                         initialize=req.generation == 1 and
                         not req.checkpoint_dir)
+                except BadRequest:
+                    raise
                 except ValueError as e:
                     raise BadRequest(f"layout: {e}") from e
                 except TrainingError as e:
                     raise Refused(grpc.StatusCode.UNAVAILABLE, str(e)) from e
             gen = Generation(req.generation, job, plan, tensors, layout, rank,
-                             trainer, req.checkpoint_dir)
+                             trainer, req.checkpoint_dir, share, group, None,
+                             tuple((n.name, i) for n in req.cluster.nodes
+                                   for i in range(n.gpus)))
             with self.mu:
                 self.next = gen
                 for k in ("pause", "stage1", "stage2", "rebuild_engines",
@@ -278,7 +315,12 @@ class EngineRuntime:
                   f"{req.generation} (plan rank {rank}) in "
                   f"{time.monotonic() - t0:.3f} s", file=sys.stderr,
                   flush=True)
-            return agent_pb2.PrepareResponse()
+            if share is None:
+                return agent_pb2.PrepareResponse()
+            return agent_pb2.PrepareResponse(
+                bytes_to_receive=share.bytes_moved(send=False),
+                bytes_to_send=share.bytes_moved(send=True),
+                bytes_kept=share.bytes_kept)
 
     def pause(self, req) -> agent_pb2.PauseResponse:
         with self.op:
@@ -320,7 +362,10 @@ class EngineRuntime:
         with self.op:
             if req.stage not in (1, 2):
                 raise BadRequest(f"stage: must be 1 or 2, got {req.stage}")
-            _timeout(req.timeout_s, "timeout_s")
+            timeout = _timeout(req.timeout_s, "timeout_s")
+            round_timeout = _timeout(req.round_timeout_s, "round_timeout_s") \
+                if req.round_timeout_s else timeout
+            round_timeout = min(round_timeout, timeout)
             with self.mu:
                 self._expect_prepared(req.generation)
                 done = Phase.PHASE_MIGRATED1 if req.stage == 1 else \
@@ -338,10 +383,44 @@ class EngineRuntime:
                         f"of generation {req.generation} needs phase "
                         f"{_phase_name(before)}, the node is "
                         f"{_phase_name(self.phase)}")
-                # Prepare accepted only restores from a checkpoint: nothing
-                # moves between ranks.
+                gen = self.next
+                if gen.migration is None:
+                    # A first generation or a checkpoint restore: nothing
+                    # moves between ranks.
+                    self.phase = done
+                    return agent_pb2.MigrateResponse()
+                old = self.current.trainer if self.current else None
+            # Off the lock, so Status answers while bytes move; the training
+            # loop is stopped (phase paused) and `op` holds other phases off.
+            start = time.monotonic()
+            try:
+                if req.stage == 1:
+                    gen.executor = mig.Executor(
+                        gen.migration, gen.migration_group,
+                        mig.CanonicalState(old) if old else None,
+                        mig.CanonicalState(gen.trainer) if gen.trainer
+                        else None,
+                        gen.tensors,
+                        lambda r: "node %s GPU %d" % gen.cluster_gpus[r])
+                    gen.executor.copy_kept()
+                report = gen.executor.run_stage(req.stage, round_timeout)
+            except mig.MigrationError as e:
+                print(f"arachne_torch: {self.gpu}: {e}", file=sys.stderr,
+                      flush=True)
+                raise Refused(getattr(grpc.StatusCode, e.code),
+                              f"{self.gpu}: {e}") from e
+            with self.mu:
+                self.timings[f"stage{req.stage}"] = agent_pb2.PhaseTiming(
+                    seconds=time.monotonic() - start,
+                    bytes_sent=report.bytes_sent,
+                    bytes_received=report.bytes_received)
                 self.phase = done
-                return agent_pb2.MigrateResponse()
+            print(f"arachne_torch: {self.gpu}: migration stage {req.stage} of "
+                  f"generation {req.generation}: {report.rounds} rounds, "
+                  f"sent {report.bytes_sent} B, received "
+                  f"{report.bytes_received} B in {report.seconds:.3f} s",
+                  file=sys.stderr, flush=True)
+            return agent_pb2.MigrateResponse()
 
     def rebuild(self, req) -> agent_pb2.RebuildResponse:
         with self.op:
@@ -355,7 +434,8 @@ class EngineRuntime:
                 # Rebuild follows Prepare, or the no-op stages when the
                 # controller ran them.
                 before = Phase.PHASE_PREPARED \
-                    if self.phase == Phase.PHASE_PREPARED \
+                    if self.phase == Phase.PHASE_PREPARED and \
+                    self.next.migration is None \
                     else Phase.PHASE_MIGRATED2
                 if self.phase != before:
                     raise _precondition(
@@ -364,6 +444,14 @@ class EngineRuntime:
                         f", the node is {_phase_name(self.phase)}")
                 gen = self.next
             start = time.monotonic()
+            if gen.executor is not None and gen.executor.new is not None:
+                gen.executor.new.commit_scalars()
+                sc = gen.trainer.scalars
+                if sc[st.SCALAR_FORMAT] != st.STATE_FORMAT:
+                    raise _precondition(
+                        f"{self.gpu}: the migrated {st.TRAIN_STATE_TENSOR} "
+                        f"has state format {sc[st.SCALAR_FORMAT]}, expected "
+                        f"{st.STATE_FORMAT}")
             if gen.checkpoint_dir and gen.trainer is not None:
                 try:
                     full = ckpt.read_checkpoint(gen.checkpoint_dir,
@@ -396,6 +484,10 @@ class EngineRuntime:
                         f"node {self.env.node}: generation {req.generation} "
                         f"is not rebuilt (phase {_phase_name(self.phase)})")
                 self.current, self.next = self.next, None
+                # The switch's executor (and the old state it reads) and
+                # the migration world's group are done with.
+                self.current.executor = None
+                self.current.migration_group = None
                 t = self.current.trainer
                 self.iteration = t.iteration if t else 0
                 if t is None:

@@ -237,6 +237,27 @@ def generation_prefix(generation: int) -> str:
     return f"arachne/g{generation}"
 
 
+def open_job_store(store_address: str, prefix: str,
+                   timeout_s: float) -> "dist.Store":
+    """A client of the job's TCPStore, under `prefix`."""
+    host, port = parse_store_address(store_address)
+    tcp = dist.TCPStore(host, port, None, False,
+                        datetime.timedelta(seconds=max(timeout_s, 60)), False)
+    return dist.PrefixStore(prefix, tcp)
+
+
+def gloo_group(store, name: str, rank: int, size: int, device,
+               timeout_s: float) -> "dist.ProcessGroupGloo":
+    """A Gloo group of `size` ranks meeting under `name` in `store`; blocks
+    until all have joined (RuntimeError after timeout_s)."""
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout = datetime.timedelta(seconds=timeout_s)
+    opts._devices = [device]
+    opts._threads = 1
+    return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size,
+                                 opts)
+
+
 class Trainer:
     """The training state and iterations of one rank of a plan."""
 
@@ -363,25 +384,17 @@ class Trainer:
             if len(members) > 1:
                 specs.append((f"dp/{gi}", list(members)))
                 dp_names[members] = gi
-        host, port = parse_store_address(store_address)
-        timeout = datetime.timedelta(seconds=timeout_s)
+        parse_store_address(store_address)
         try:
-            tcp = dist.TCPStore(host, port, None, False,
-                                datetime.timedelta(seconds=max(timeout_s, 60)),
-                                False)
-            base = dist.PrefixStore(generation_prefix(generation), tcp)
+            base = open_job_store(store_address, generation_prefix(generation),
+                                  timeout_s)
             device = dist.ProcessGroupGloo.create_device(hostname=listen_host)
             by_members = {gg.members: gg for gg in self.grad_groups}
             for name, members in specs:
                 if self.me not in members:
                     continue
-                opts = dist.ProcessGroupGloo._Options()
-                opts._timeout = timeout
-                opts._devices = [device]
-                opts._threads = 1
-                g = dist.ProcessGroupGloo(dist.PrefixStore(name, base),
-                                          members.index(self.me),
-                                          len(members), opts)
+                g = gloo_group(base, name, members.index(self.me),
+                               len(members), device, timeout_s)
                 if name == "world":
                     self.world = g
                 elif name.startswith("tp/"):

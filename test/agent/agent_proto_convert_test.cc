@@ -430,5 +430,124 @@ TEST(PlanLayoutProto, EveryRankWithItsRoleAndHoldings) {
   EXPECT_EQ(scalars.end(), 2 * 8);
 }
 
+// PrepareRequest.migration: each rank's share is exactly its part of the
+// schedule (every transfer it sends or receives, in round order, from the
+// right peer, with the transfer's segments) and the bytes it keeps; the
+// shares of all ranks add up to the whole diff.
+TEST(RankMigrationProto, EachRankGetsItsTransfersInRoundOrder) {
+  const migration::ModelState state =
+      *migration::ModelState::Create(TinyModel(), {.training_scalars = 2});
+  const GpuCatalog catalog = ToyCatalog();
+  const Cluster old_cluster = MakeCluster({{"n0", kFast, 2}});
+  const Cluster cluster = MakeCluster({{"n0", kFast, 2}, {"n1", kFast, 1}});
+  // Two stages of TP 1 on n0 -> stage 0 at TP 2 on n0, stage 1 on n1.
+  const Plan old_plan = MakePlan({MakeTemplate(
+      {MakeStage(1, 0, 2), MakeStage(1, 2, 4)}, 1, {{0, {0}}, {0, {1}}})});
+  const Plan plan = MakePlan({MakeTemplate(
+      {MakeStage(2, 0, 2), MakeStage(1, 2, 4)}, 1, {{0, {0, 1}}, {1, {0}}})});
+  const migration::MigrationWorld world(cluster, catalog);
+  absl::StatusOr<migration::StateDiff> diff = migration::ComputeDiff(
+      state, old_plan, old_cluster, plan, cluster, world);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  const migration::MigrationSchedule schedule =
+      migration::BuildSchedule(*diff, world);
+  ASSERT_GT(schedule.stage1.size() + schedule.stage2.size(), 0u);
+
+  int64_t sent = 0, received = 0, kept = 0;
+  for (int rank = 0; rank < world.size(); ++rank) {
+    v1::RankMigration out;
+    out.set_rank(99);  // whatever was there is replaced
+    RankMigrationToProto(*diff, schedule, rank, &out);
+    EXPECT_EQ(out.rank(), rank);
+    EXPECT_EQ(out.world_size(), 3);
+    EXPECT_EQ(out.stage1_rounds(), static_cast<int>(schedule.stage1.size()));
+    EXPECT_EQ(out.stage2_rounds(), static_cast<int>(schedule.stage2.size()));
+    ASSERT_EQ(out.kept_size(), static_cast<int>(diff->kept[rank].size()));
+    for (int k = 0; k < out.kept_size(); ++k) {
+      EXPECT_EQ(out.kept(k).tensor(), diff->kept[rank][k].tensor);
+      EXPECT_EQ(out.kept(k).begin(), diff->kept[rank][k].range.begin);
+      EXPECT_EQ(out.kept(k).end(), diff->kept[rank][k].range.end);
+      kept += out.kept(k).end() - out.kept(k).begin();
+    }
+    for (int stage : {1, 2}) {
+      const auto& mine = stage == 1 ? out.stage1() : out.stage2();
+      // The schedule's transfers of this rank, in the same order.
+      std::vector<const migration::Transfer*> expected;
+      std::vector<int> rounds;
+      const std::vector<migration::Round>& all = schedule.stage(stage);
+      for (size_t r = 0; r < all.size(); ++r) {
+        for (const migration::Transfer& t : all[r].transfers) {
+          if (t.sender == rank || t.receiver == rank) {
+            expected.push_back(&t);
+            rounds.push_back(static_cast<int>(r));
+          }
+        }
+      }
+      ASSERT_EQ(mine.size(), static_cast<int>(expected.size()));
+      for (int i = 0; i < mine.size(); ++i) {
+        const v1::MigrationTransfer& m = mine[i];
+        const migration::Transfer& t = *expected[i];
+        EXPECT_EQ(m.round(), rounds[i]);
+        EXPECT_EQ(m.send(), t.sender == rank);
+        EXPECT_EQ(m.peer(), m.send() ? t.receiver : t.sender);
+        ASSERT_EQ(m.segments_size(), static_cast<int>(t.segments.size()));
+        int64_t bytes = 0;
+        for (int j = 0; j < m.segments_size(); ++j) {
+          EXPECT_EQ(m.segments(j).tensor(), t.segments[j].tensor);
+          EXPECT_EQ(m.segments(j).begin(), t.segments[j].range.begin);
+          EXPECT_EQ(m.segments(j).end(), t.segments[j].range.end);
+          bytes += m.segments(j).end() - m.segments(j).begin();
+        }
+        EXPECT_EQ(bytes, t.bytes);
+        (m.send() ? sent : received) += bytes;
+      }
+    }
+  }
+  EXPECT_EQ(sent, diff->bytes_moved);
+  EXPECT_EQ(received, diff->bytes_moved);
+  EXPECT_EQ(kept, diff->bytes_kept);
+  EXPECT_GT(diff->bytes_moved, 0);
+  EXPECT_GT(diff->bytes_kept, 0);
+}
+
+// EngineConfig.token_file round-trips, and a bad one is named (the same
+// words as arachne_torch's check).
+TEST(EngineConfigProto, TokenFileRoundTripsAndBadFieldsAreNamed) {
+  v1::EngineConfig in;
+  in.mutable_token_file()->set_path("/data/tokens.bin");
+  in.mutable_token_file()->set_token_bytes(2);
+  const EngineConfig e = EngineConfigFromProto(in);
+  ASSERT_TRUE(e.token_file.has_value());
+  EXPECT_EQ(e.token_file->path, "/data/tokens.bin");
+  EXPECT_EQ(e.token_file->token_bytes, 2);
+  EXPECT_TRUE(e.Validate().ok());
+  const v1::EngineConfig back = EngineConfigToProto(e);
+  EXPECT_EQ(back.token_file().path(), "/data/tokens.bin");
+  EXPECT_EQ(back.token_file().token_bytes(), 2);
+  EXPECT_FALSE(EngineConfigToProto(EngineConfig()).has_token_file());
+  EXPECT_FALSE(EngineConfigFromProto(v1::EngineConfig()).token_file.has_value());
+
+  auto error = [](std::string path, int token_bytes) {
+    EngineConfig c;
+    c.token_file = EngineConfig::TokenFile{std::move(path), token_bytes};
+    const absl::Status s = c.Validate();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    return std::string(s.message());
+  };
+  EXPECT_EQ(error("", 2),
+            "engine.token_file.path: required (an absolute path), got none");
+  EXPECT_EQ(error("data/tokens.bin", 2),
+            "engine.token_file.path: must be an absolute path, got "
+            "\"data/tokens.bin\"");
+  EXPECT_EQ(error(std::string("/a\0b", 4), 2),
+            "engine.token_file.path: must not contain a NUL byte");
+  EXPECT_THAT(error("/" + std::string(4096, 'x'), 2),
+              HasSubstr("engine.token_file.path: at most 4096 bytes, got "
+                        "4097 bytes"));
+  EXPECT_EQ(error("/data/tokens.bin", 3),
+            "engine.token_file.token_bytes: must be 2 (uint16) or 4 (uint32), "
+            "got 3");
+}
+
 }  // namespace
 }  // namespace arachne::agent

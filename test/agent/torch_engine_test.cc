@@ -8,8 +8,9 @@
 //     loads into this engine, and a switch to another plan (TP and PP
 //     change) through this engine's checkpoint restores the state bit for
 //     bit, then training follows an unswitched run;
-//   - a switch that needs the live migration, which this engine does not do
-//     yet, is refused at Prepare with UNIMPLEMENTED and aborted cleanly.
+//   - live switches (TP and PP change, a node joins; an MoE join that moves
+//     experts) move the state bit for bit, and losses follow an unswitched
+//     run.
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -22,7 +23,6 @@
 namespace arachne::agent {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Driver;
 using testing::MaxMasterDifference;
 using testing::NamedCluster;
@@ -153,24 +153,78 @@ TEST(TorchEngine, ReferenceCheckpointLoadsAndAPlanChangeRestoresBitwise) {
   ExpectLossesWithin(d.losses(), reference->losses, 1e-4);
 }
 
-TEST(TorchEngine, ALiveMigrationIsRefusedAtPrepareAndAborted) {
-  const std::string dir = TempDir("refuse");
-  Driver d(TinyJob(), dir);
+// A live switch on this engine: each rank moves its share of the agent's
+// schedule over Gloo, reading the old plan's tensors and writing the new
+// plan's in place.
+TEST(TorchEngine, LiveSwitchesChangeTpAndPpAndMoveTheStateBitwise) {
+  const JobSpec job = TinyJob();
+  const std::string dir = TempDir("live");
+  Driver d(job, dir);
   d.Agent("a", 2, TorchEngine());
-  const Cluster a = NamedCluster({{"a", 2}});
+  d.Agent("b", 2, TorchEngine());
+  const Cluster ab = NamedCluster({{"a", 2}, {"b", 2}});
+  const Plan dp2{{Place({{1, 0, 4}}, 2, 4, 4, {{0, 0}, {1, 0}})}};
+  ASSERT_TRUE(d.Start(dp2, ab).ok());
+  ASSERT_TRUE(d.TrainUntil(3).ok());
+  // Two replicas -> a pipeline of TP 2 (layers 0-1) then TP 1 (2-3).
+  absl::StatusOr<FullState> before = d.Gather("before1");
+  ASSERT_TRUE(before.ok()) << before.status();
+  const Plan pp2{{Place({{2, 0, 2}, {1, 2, 4}}, 1, 4, 4,
+                        {{1, 0}, {1, 1}, {0, 0}})}};
+  absl::Status sw = d.Switch(pp2, ab);
+  ASSERT_TRUE(sw.ok()) << sw;
+  absl::StatusOr<FullState> after = d.Gather("after1");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(*before == *after)
+      << FirstDifference(*ReferenceModelState(job), *before, *after);
+  ASSERT_TRUE(d.TrainUntil(5).ok());
+  // A third node joins: TP 1 (layers 0-2) on it, TP 2 (layer 3) on b.
+  d.Agent("c", 1, TorchEngine());
+  const Cluster abc = NamedCluster({{"a", 2}, {"b", 2}, {"c", 1}});
+  const Plan joined{{Place({{1, 0, 3}, {2, 3, 4}}, 1, 4, 4,
+                           {{2, 0}, {1, 0}, {1, 1}})}};
+  before = d.Gather("before2");
+  ASSERT_TRUE(before.ok()) << before.status();
+  sw = d.Switch(joined, abc);
+  ASSERT_TRUE(sw.ok()) << sw;
+  after = d.Gather("after2");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(*before == *after)
+      << FirstDifference(*ReferenceModelState(job), *before, *after);
+  ASSERT_TRUE(d.TrainUntil(8).ok());
+  EXPECT_EQ(d.generation(), 3);
+  // Losses follow an unswitched run.
+  auto reference = RunPlan(job, dp2, ab, 8);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ExpectLossesWithin(d.losses(), reference->losses, 1e-4);
+}
+
+TEST(TorchEngine, MoeLiveJoinMovesExpertsBitwise) {
+  const JobSpec job = TinyMoeJob();
+  const std::string dir = TempDir("live-moe");
+  Driver d(job, dir);
+  d.Agent("a", 1, TorchEngine());
+  const Cluster a = NamedCluster({{"a", 1}});
   const Plan one{{Place({{1, 0, 4}}, 1, 4, 4, {{0, 0}})}};
-  const Plan two{{Place({{1, 0, 4}}, 2, 4, 4, {{0, 0}, {0, 1}})}};
   ASSERT_TRUE(d.Start(one, a).ok());
-  ASSERT_TRUE(d.TrainUntil(2).ok());
-  absl::Status sw = d.Switch(two, a);
-  EXPECT_EQ(sw.code(), absl::StatusCode::kUnimplemented) << sw;
-  EXPECT_THAT(sw.message(),
-              HasSubstr("arachne_torch does not migrate state between plans "
-                        "yet; generation 2 can restore from a checkpoint "
-                        "(checkpoint_dir) instead"));
-  // Generation 1 goes on.
-  ASSERT_TRUE(d.TrainUntil(4).ok());
-  EXPECT_EQ(d.generation(), 1);
+  ASSERT_TRUE(d.TrainUntil(3).ok());
+  absl::StatusOr<FullState> before = d.Gather("before");
+  ASSERT_TRUE(before.ok()) << before.status();
+  // b joins: EP 2 over the two nodes, half the experts move to b.
+  d.Agent("b", 1, TorchEngine());
+  const Cluster ab = NamedCluster({{"a", 1}, {"b", 1}});
+  Plan ep2{{Place({{1, 0, 4}}, 2, 4, 4, {{0, 0}, {1, 0}})}};
+  ep2.templates[0].stages[0].tiling = {2, 1, 1};
+  absl::Status sw = d.Switch(ep2, ab);
+  ASSERT_TRUE(sw.ok()) << sw;
+  absl::StatusOr<FullState> after = d.Gather("after");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(*before == *after)
+      << FirstDifference(*ReferenceModelState(job), *before, *after);
+  ASSERT_TRUE(d.TrainUntil(6).ok());
+  auto reference = RunPlan(job, one, a, 6);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ExpectLossesWithin(d.losses(), reference->losses, 1e-4);
 }
 
 }  // namespace

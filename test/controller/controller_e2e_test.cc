@@ -321,5 +321,98 @@ TEST(ControllerE2E, MeasuredIterationTimesCorrectThePredictions) {
   LOG(INFO) << "corrections: " << st->corrections().ShortDebugString();
 }
 
+// The same loop on the PyTorch engine (python/arachne_torch): c joins and
+// the controller switches live (each engine process moves its share of the
+// schedule), then c drains and the state moves off it live again; every
+// iteration's loss follows the unswitched run within 1e-4 and the final
+// state the reference engine's within 1e-5.
+TEST(ControllerE2E, OnThePyTorchEngineAJoinAndADrainSwitchLive) {
+  constexpr int kTorchIterations = 16;
+  const std::vector<std::string> torch = {
+      "--engine-command",
+      std::string(ARACHNE_BINARY_DIR) + "/python/arachne-torch-engine"};
+  const std::string dir = TempDir("torch");
+  ControllerProcess controller(dir);
+  ASSERT_TRUE(controller
+                  .Start(testing::JobYaml(testing::JobOptions()
+                                              .Iterations(kTorchIterations)
+                                              .Lease(5)))
+                  .ok());
+  std::unique_ptr<AgentProcess> a = StartAgent("a", 2, dir, controller, torch);
+  std::unique_ptr<AgentProcess> b = StartAgent("b", 1, dir, controller, torch);
+  std::unique_ptr<AgentProcess> c;  // the joiner; outlives the recorder
+  LossRecorder recorder({a.get(), b.get()});
+  absl::StatusOr<v1::GetStatusResponse> st = WaitFor(
+      controller,
+      [](const v1::GetStatusResponse& s) {
+        return s.generation() == 1 && s.iteration() >= 2;
+      },
+      absl::Seconds(40), "generation 1 training");
+  ASSERT_TRUE(st.ok()) << st.status();
+  const Cluster ab = NamedCluster({{"a", 2}, {"b", 1}});
+  absl::StatusOr<Plan> first = PlanOf(st->plan(), ab);
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  c = StartAgent("c", 1, dir, controller, torch);
+  recorder.Add(c.get());
+  st = WaitFor(
+      controller,
+      [](const v1::GetStatusResponse& s) {
+        return s.generation() == 2 && testing::Settled(s);
+      },
+      absl::Seconds(40), "the join's switch");
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(PlanNodes(st->plan()).count("c"), 1u) << st->plan().ShortDebugString();
+  EXPECT_EQ(st->last_switch().outcome(), "committed");
+  EXPECT_GT(st->last_switch().bytes_moved(), 0);
+  EXPECT_LT(st->last_switch().paused_at_iteration(), kTorchIterations);
+
+  {
+    grpc::ClientContext ctx;
+    v1::DrainNodeRequest r;
+    r.set_node("c");
+    r.set_deadline_s(30);
+    v1::DrainNodeResponse out;
+    grpc::Status s = controller.stub().DrainNode(&ctx, r, &out);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  st = WaitFor(
+      controller,
+      [](const v1::GetStatusResponse& s) {
+        return s.generation() == 3 && testing::Settled(s);
+      },
+      absl::Seconds(30), "the drain's switch");
+  ASSERT_TRUE(st.ok()) << st.status();
+  // Off c; on a and / or b, whichever the planner prefers. (Nothing may
+  // need to move: the GPUs that stay can hold replicas of everything.)
+  EXPECT_EQ(PlanNodes(st->plan()).count("c"), 0u)
+      << st->plan().ShortDebugString();
+  EXPECT_EQ(st->last_switch().outcome(), "committed");
+  EXPECT_LT(st->last_switch().paused_at_iteration(), kTorchIterations)
+      << "the drain came after training ended: nothing was switched live";
+
+  st = WaitFor(
+      controller,
+      [](const v1::GetStatusResponse& s) {
+        return s.iteration() >= kTorchIterations;
+      },
+      absl::Seconds(60), "the last iteration");
+  ASSERT_TRUE(st.ok()) << st.status();
+  absl::SleepFor(absl::Milliseconds(50));  // the recorder's last poll
+  auto reference = RunPlan(TinyJob32(), *first, ab, kTorchIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const std::map<int64_t, double> losses = recorder.losses();
+  ASSERT_GE(losses.size(), size_t{kTorchIterations} - 2);
+  for (const auto& [i, loss] : losses) {
+    ASSERT_LE(i, kTorchIterations);
+    EXPECT_NEAR(loss, reference->losses[i - 1], 1e-4 * std::abs(loss))
+        << "iteration " << i;
+  }
+  absl::StatusOr<agent::FullState> end =
+      testing::GatherState({a.get(), b.get()}, 3, dir + "/end");
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_LE(testing::MaxMasterDifference(*end, reference->state), 1e-5);
+}
+
 }  // namespace
 }  // namespace arachne::controller

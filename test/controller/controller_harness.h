@@ -216,15 +216,18 @@ class ControllerProcess {
 // Agents that register themselves with `controller`, started side by side:
 // every process is spawned before any is awaited, so their engines load at
 // once and their joins arrive close together. nodes[i] has gpus[i] GPUs.
+// `agent_args` go to every agent (e.g. the engine command).
 inline std::vector<std::unique_ptr<AgentProcess>> StartAgents(
     const std::vector<std::string>& nodes, const std::vector<int>& gpus,
-    const std::string& dir, const ControllerProcess& c) {
+    const std::string& dir, const ControllerProcess& c,
+    const std::vector<std::string>& agent_args = {}) {
   CHECK_EQ(nodes.size(), gpus.size());
   std::vector<std::unique_ptr<AgentProcess>> agents;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    agents.push_back(std::make_unique<AgentProcess>(
-        nodes[i], gpus[i], dir,
-        std::vector<std::string>{"--controller", c.address()}));
+    std::vector<std::string> args{"--controller", c.address()};
+    args.insert(args.end(), agent_args.begin(), agent_args.end());
+    agents.push_back(
+        std::make_unique<AgentProcess>(nodes[i], gpus[i], dir, args));
     agents.back()->Spawn();
   }
   // The test acts for the controller (SaveCheckpoint to gather the state),
@@ -241,11 +244,11 @@ inline std::vector<std::unique_ptr<AgentProcess>> StartAgents(
 }
 
 // One agent that registers itself with `controller`.
-inline std::unique_ptr<AgentProcess> StartAgent(const std::string& node,
-                                                int gpus,
-                                                const std::string& dir,
-                                                const ControllerProcess& c) {
-  return std::move(StartAgents({node}, {gpus}, dir, c)[0]);
+inline std::unique_ptr<AgentProcess> StartAgent(
+    const std::string& node, int gpus, const std::string& dir,
+    const ControllerProcess& c,
+    const std::vector<std::string>& agent_args = {}) {
+  return std::move(StartAgents({node}, {gpus}, dir, c, agent_args)[0]);
 }
 
 // Polls the agents' Status for the loss of every iteration they report.

@@ -219,6 +219,15 @@ TEST(ReferenceEnginePlanCheck, RejectsWhatItCannotRunNamingTheField) {
   job.engine.learning_rate = -1;
   EXPECT_EQ(CheckReferencePlan(job, OneStage()).message(),
             "engine.learning_rate: must be a finite number > 0, got -1");
+  // Token files are arachne_torch's; this engine says so before training.
+  job.engine.learning_rate = 1e-3;
+  job.engine.token_file = EngineConfig::TokenFile{"/data/tokens.bin", 2};
+  const absl::Status token = CheckReferencePlan(job, OneStage());
+  EXPECT_EQ(token.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(token.message(),
+            "engine.token_file (/data/tokens.bin): the reference engine "
+            "trains on the synthetic corpus only; run the job on "
+            "arachne_torch (docs/pytorch.md) to train on a token file");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // EngineConfig's check, apart from the LibTorch engine: the controller's
 // job file reader (and its fuzz target) use it without linking LibTorch.
 #include <cmath>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -30,6 +31,33 @@ absl::Status EngineConfig::Validate() const {
   }
   if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) {
     return bad("weight_decay", weight_decay, "a finite number >= 0");
+  }
+  if (token_file.has_value()) {
+    // The same checks and words as arachne_torch's (python/arachne_torch/
+    // job.py), so either side refuses a bad file field the same way.
+    const std::string& path = token_file->path;
+    auto bad_path = [](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("engine.token_file.path: ", why));
+    };
+    if (path.empty()) return bad_path("required (an absolute path), got none");
+    if (path.size() > kMaxTokenFilePath) {
+      return bad_path(absl::StrCat("at most ", kMaxTokenFilePath,
+                                   " bytes, got ", path.size(), " bytes (\"",
+                                   path.substr(0, 64), "...\")"));
+    }
+    if (path.find('\0') != std::string::npos) {
+      return bad_path("must not contain a NUL byte");
+    }
+    if (path[0] != '/') {
+      return bad_path(absl::StrCat("must be an absolute path, got \"", path,
+                                   "\""));
+    }
+    if (token_file->token_bytes != 2 && token_file->token_bytes != 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "engine.token_file.token_bytes: must be 2 (uint16) or 4 (uint32), "
+          "got ", token_file->token_bytes));
+    }
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #define ARACHNE_WORKER_AGENT_ENGINE_ENGINE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,15 @@ struct EngineConfig {
   double weight_decay = 0.0;
   uint64_t data_seed = 1;   // the synthetic corpus and the initial weights
   uint64_t init_seed = 1;
+  // Train on a token file (v1::TokenFile) instead of the synthetic corpus;
+  // an engine reads and checks the file itself (the reference engine does
+  // not read token files).
+  struct TokenFile {
+    std::string path;     // absolute, 1..kMaxTokenFilePath bytes
+    int token_bytes = 0;  // 2 (uint16) or 4 (uint32)
+  };
+  std::optional<TokenFile> token_file;
+  static constexpr int kMaxTokenFilePath = 4096;
   absl::Status Validate() const;  // InvalidArgument naming the field
 };
 

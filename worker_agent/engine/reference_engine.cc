@@ -986,6 +986,13 @@ absl::StatusOr<migration::ModelState> ReferenceModelState(const JobSpec& job) {
 absl::Status CheckReferencePlan(const JobSpec& job, const Plan& plan) {
   const ModelSpec& m = job.model;
   if (absl::Status s = job.engine.Validate(); !s.ok()) return s;
+  if (job.engine.token_file.has_value()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "engine.token_file (", job.engine.token_file->path,
+        "): the reference engine trains on the synthetic corpus only; run "
+        "the job on arachne_torch (docs/pytorch.md) to train on a token "
+        "file"));
+  }
   if (m.attention != AttentionKind::kGqa || m.mlp != MlpKind::kSwiGlu ||
       m.tied_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat(
