@@ -1308,7 +1308,7 @@ The data has no tensor parallelism and no communication, so
 `tp_loss_per_degree` (0.03 per degree), `comm_bw_eff` (0.75),
 `collective_base_us` (8.4), `nvlink_step_us` (3.4), `pcie_step_us` (5.7),
 `bwd_elementwise_ratio` (2) and `grad_accum_bytes_per_param` (8) keep their
-defaults (FACTS.md §2).
+defaults ([cost model](cost-model.md) gives each one's source).
 
 ## Errors (percent, absolute relative error)
 
