@@ -267,6 +267,9 @@ class EngineRuntime:
             if migrating:
                 # First, so every GPU of the new cluster meets here before
                 # the plan's own groups (which only some of them join).
+                # 60 s, as the plan's groups: well inside the agent's
+                # deadline for Prepare, so a peer whose Prepare failed makes
+                # this one fail too rather than hang until it is killed.
                 try:
                     store = open_job_store(
                         req.store_address,
@@ -274,7 +277,7 @@ class EngineRuntime:
                     group = gloo_group(
                         store, "world", share.rank, share.world_size,
                         torch.distributed.ProcessGroupGloo.create_device(
-                            hostname=self.env.host), 300)
+                            hostname=self.env.host), 60)
                 except RuntimeError as e:
                     raise Refused(
                         grpc.StatusCode.UNAVAILABLE,

@@ -227,7 +227,7 @@ class Job:
             name = r.model.name if r.HasField("model") else ""
             raise BadRequest(
                 "model_spec: required (the agent resolves catalog models "
-                f"and config.json files before it asks an engine), got "
+                "and config.json files before it asks an engine), got "
                 + (f"only model.name \"{name[:64]}\"" if name else "none"))
         return Job(Model.from_proto(r.model_spec),
                    Training.from_proto(r.training),

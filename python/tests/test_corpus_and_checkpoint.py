@@ -2,7 +2,6 @@
 checkpoint format is the agent's, and a damaged file is refused."""
 
 import os
-import struct
 
 import numpy as np
 import pytest

@@ -14,7 +14,9 @@ import torch.distributed as dist
 
 from arachne.v1 import agent_pb2, engine_pb2, engine_pb2_grpc
 from arachne_torch import state as st
-from arachne_torch.job import Model
+from arachne_torch.job import Job, Model, Plan
+from arachne_torch.layout import Layout
+from arachne_torch.trainer import Trainer
 
 from conftest import tiny_gpt_proto
 
@@ -69,6 +71,17 @@ def prepare(generation, store, checkpoint_dir=""):
     for i, x in enumerate(st.model_state(Model.from_proto(r.model_spec))):
         rank.holdings.add(tensor=i, begin=0, end=x.bytes)
     return r
+
+
+def one_rank_trainer(r):
+    """The Trainer of plan rank 0 of `r` (a one-GPU plan), in this
+    process."""
+    job = Job.from_request(r)
+    plan = Plan.from_proto(r.plan, job)
+    tensors = st.model_state(job.model)
+    layout = Layout.from_proto(r.layout, plan, tensors)
+    return Trainer(job, plan, tensors, layout, 0, r.generation,
+                   r.store_address)
 
 
 def train_until(stub, n):

@@ -18,13 +18,11 @@ import torch.nn.functional as F
 from arachne_torch import checkpoint as ckpt
 from arachne_torch import convert, naming
 from arachne_torch import state as st
-from arachne_torch.job import BadRequest, Job, Model, Plan
-from arachne_torch.layout import Layout
+from arachne_torch.job import BadRequest, Model
 from arachne_torch.naming import NamingError
-from arachne_torch.trainer import Trainer
 
 from conftest import TINY_MOE, tiny_gpt_proto
-from test_engine_process import prepare
+from test_engine_process import one_rank_trainer, prepare
 from test_engine_process import store  # noqa: F401 (a fixture)
 
 JOB = dict(data_seed=7, init_seed=11, global_batch=16, seq_len=32)
@@ -409,15 +407,6 @@ def test_a_rule_that_cannot_be_inverted_is_named_on_export(tmp_path,
 
 
 # -- the engine computes what the Hugging Face model computes ---------------
-
-def one_rank_trainer(r):
-    job = Job.from_request(r)
-    plan = Plan.from_proto(r.plan, job)
-    tensors = st.model_state(job.model)
-    layout = Layout.from_proto(r.layout, plan, tensors)
-    return Trainer(job, plan, tensors, layout, 0, r.generation,
-                   r.store_address)
-
 
 @pytest.mark.parametrize("moe", [None, TINY_MOE])
 def test_a_trainer_on_the_import_matches_the_hugging_face_forward(

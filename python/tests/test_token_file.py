@@ -13,15 +13,13 @@ from arachne.v1 import agent_pb2
 from arachne_torch import corpus as corpus_module
 from arachne_torch import state as st
 from arachne_torch.corpus import TokenFileCorpus, make_corpus
-from arachne_torch.job import (BadRequest, EngineConfig, Job, Plan,
+from arachne_torch.job import (BadRequest, EngineConfig, Job,
                                TokenFile)
-from arachne_torch.layout import Layout
-from arachne_torch.trainer import Trainer
 
 # The one-GPU job of the engine-process tests (tiny-gpt, vocab 512, seq_len
 # 32, global batch 16 in 4 micro-batches of 4), its engine and its store.
 from test_engine_process import (code_and_message, engine,  # noqa: F401
-                                 prepare, store)
+                                 one_rank_trainer, prepare, store)
 
 
 def write(tmp_path, tokens, token_bytes, name="tokens.bin"):
@@ -202,15 +200,6 @@ def test_make_corpus_picks_the_jobs_data(tiny_gpt, tmp_path):
 
 
 # -- training on one ------------------------------------------------------------
-
-def one_rank_trainer(r):
-    job = Job.from_request(r)
-    plan = Plan.from_proto(r.plan, job)
-    tensors = st.model_state(job.model)
-    layout = Layout.from_proto(r.layout, plan, tensors)
-    return Trainer(job, plan, tensors, layout, 0, r.generation,
-                   r.store_address)
-
 
 def test_a_bad_token_file_is_refused_before_the_trainer_is_built(tmp_path,
                                                                  store):

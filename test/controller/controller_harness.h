@@ -78,6 +78,7 @@ struct JobOptions {
   double join_window_s = 0.3;
   double horizon_s = 3600;
   double lease_s = 2;
+  std::string model = "tiny-gpt";  // a catalog model
   std::string extra;  // more job-file lines
 
   JobOptions& Iterations(int v) {
@@ -100,6 +101,10 @@ struct JobOptions {
     lease_s = v;
     return *this;
   }
+  JobOptions& Model(std::string v) {
+    model = std::move(v);
+    return *this;
+  }
   JobOptions& Extra(std::string v) {
     extra = std::move(v);
     return *this;
@@ -108,7 +113,7 @@ struct JobOptions {
 
 inline std::string JobYaml(const JobOptions& o) {
   return absl::StrCat(
-      R"(model: {name: tiny-gpt}
+      "model: {name: ", o.model, R"(}
 training: {seq_len: 32, global_batch: 32}
 engine: {learning_rate: 0.001, data_seed: 7, init_seed: 11}
 iterations: )",
@@ -366,7 +371,7 @@ inline absl::StatusOr<Plan> PlanOf(const v1::PlanDocument& doc,
 // back (training must be paused or stopped).
 inline absl::StatusOr<agent::FullState> GatherState(
     const std::vector<AgentProcess*>& agents, int64_t generation,
-    const std::string& dir) {
+    const std::string& dir, const agent::JobSpec& job = TinyJob32()) {
   std::filesystem::remove_all(dir);
   if (absl::Status s = agent::testing::OnAll(agents,
                                              [&](AgentProcess& a) {
@@ -376,7 +381,7 @@ inline absl::StatusOr<agent::FullState> GatherState(
       !s.ok()) {
     return s;
   }
-  return agent::ReadCheckpoint(dir, *agent::ReferenceModelState(TinyJob32()));
+  return agent::ReadCheckpoint(dir, *agent::ReferenceModelState(job));
 }
 
 // The largest difference of any fp32 master weight (TinyJob32's state).
