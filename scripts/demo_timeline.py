@@ -12,7 +12,7 @@ line, arachne.v1.Event in protobuf's JSON mapping: int64 fields are strings).
         --tolerate-errors).
 
     demo_timeline.py report --live EVENTS --reference EVENTS --db CONTROLLER_DB
-                     --tokens-per-iteration T [--plot PNG]
+                     --tokens-per-iteration T [--plot PNG] [--title TEXT]
         prints every decision with its numbers, each switch's bytes moved and
         downtime breakdown (the controller's switch log in its SQLite
         database), and the loss of every iteration beside the run without
@@ -222,11 +222,11 @@ def cmd_report(args):
           f"({'within' if ok else 'NOT within'} {args.loss_tolerance:g})")
 
     if args.plot:
-        plot(live, args.tokens_per_iteration, args.plot)
+        plot(live, args.tokens_per_iteration, args.plot, args.title)
     return 0 if ok else 1
 
 
-def plot(events, tokens_per_iteration, path):
+def plot(events, tokens_per_iteration, path, title):
     try:
         import matplotlib
         matplotlib.use("Agg")  # files only; no display needed
@@ -273,8 +273,7 @@ def plot(events, tokens_per_iteration, path):
                     xy=(start, 0), xycoords=("data", "axes fraction"),
                     xytext=(3, 6), textcoords="offset points", fontsize=8,
                     rotation=90, va="bottom")
-    ax.set_title("live demo: tiny-gpt on virtual testbed GPUs "
-                 "(join, then drain; shaded: downtime)")
+    ax.set_title(f"{title} (join, then drain; shaded: downtime)")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
@@ -301,6 +300,8 @@ def main():
     r.add_argument("--tokens-per-iteration", type=int, required=True)
     r.add_argument("--loss-tolerance", type=float, default=1e-4)
     r.add_argument("--plot")
+    r.add_argument("--title", default="live demo on virtual testbed GPUs",
+                   help="the plot's title, before \"(join, then drain)\"")
     args = p.parse_args()
     return cmd_wait(args) if args.cmd == "wait" else cmd_report(args)
 
