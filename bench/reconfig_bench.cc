@@ -28,10 +28,12 @@
 // one buffer). ratio = migration GB/s / baseline GB/s (target >= 0.8);
 // non_xfer_s = downtime - (stage 1 + stage 2) (target < 1 s).
 //
-// Each join runs twice (processes:0 / :1): the ranks as threads of
-// NodeRuntime in this process, and as arachne-engine processes under an
-// EngineSupervisor, so the process boundary's cost per phase is the
-// difference (peak_GB then sums the engines' own peaks).
+// Each join runs with three engines (engine:0 / :1 / :2): the ranks as
+// threads of NodeRuntime in this process; as arachne-engine processes under
+// an EngineSupervisor, so the process boundary's cost per phase is the
+// difference (peak_GB then sums the engines' own peaks); and as arachne_torch
+// (PyTorch) engine processes, which run their share of the same schedule
+// in Python over torch.distributed's Gloo.
 //
 // Run:
 //   build/bench/reconfig_bench --benchmark_counters_tabular=true
@@ -173,6 +175,11 @@ absl::Status OnNodes(const std::vector<NodeRanks*>& nodes,
   return absl::OkStatus();
 }
 
+// How the ranks run (the benchmark's "engine" argument).
+constexpr int kThreads = 0;          // NodeRuntime threads in this process
+constexpr int kEngineProcesses = 1;  // arachne-engine processes
+constexpr int kTorchProcesses = 2;   // arachne_torch (PyTorch) processes
+
 // The driver's wall clock per phase (max over nodes, since each phase call
 // returns when every node's part is done) plus what the nodes report.
 struct SwitchTiming {
@@ -187,11 +194,12 @@ struct SwitchTiming {
 // The controller's part of a job: nodes, store, generations.
 class SwitchDriver {
  public:
-  // `processes`: every rank an arachne-engine process under an
-  // EngineSupervisor (what arachne-agent runs); else ranks as threads of
-  // NodeRuntime in this process (arachne-agent --in-process-ranks).
+  // `engine`: kThreads, ranks as threads of NodeRuntime in this process
+  // (arachne-agent --in-process-ranks); else every rank an engine process
+  // under an EngineSupervisor (what arachne-agent runs): arachne-engine or
+  // arachne_torch.
   SwitchDriver(JobSpec job, GpuCatalog catalog, const Cluster& nodes,
-               bool processes)
+               int engine)
       : job_(std::move(job)), catalog_(std::move(catalog)) {
     absl::StatusOr<std::unique_ptr<JobStoreServer>> server =
         JobStoreServer::Start("127.0.0.1", 0);
@@ -202,10 +210,12 @@ class SwitchDriver {
       gpus.node = n.name;
       gpus.gpu_type = n.gpu_type;
       gpus.count = n.num_gpus;
-      if (processes) {
+      if (engine != kThreads) {
         EngineSupervisorConfig config;
         config.command = {std::string(ARACHNE_BINARY_DIR) +
-                          "/worker_agent/arachne-engine"};
+                          (engine == kTorchProcesses
+                               ? "/python/arachne-torch-engine"
+                               : "/worker_agent/arachne-engine")};
         config.start_timeout = absl::Seconds(120);
         absl::StatusOr<std::unique_ptr<EngineSupervisor>> s =
             EngineSupervisor::Start(gpus, catalog_, std::move(config));
@@ -499,10 +509,10 @@ enum class JoinShape {
 };
 
 // range(0): the target state per rank of the old plan, in MB.
-// range(1): 1 = ranks as engine processes, 0 = threads of this process.
+// range(1): the engine (kThreads, kEngineProcesses, kTorchProcesses).
 void RunJoin(benchmark::State& st, JoinShape shape) {
   const int mb = static_cast<int>(st.range(0));
-  const bool processes = st.range(1) != 0;
+  const int engine = static_cast<int>(st.range(1));
   absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog();
   CHECK(catalog.ok()) << catalog.status();
   const JobSpec job = JobOfStateMb(mb);
@@ -531,7 +541,7 @@ void RunJoin(benchmark::State& st, JoinShape shape) {
   int64_t peak = 0;
   for (auto _ : st) {
     SwitchDriver::ResetPeakRss();
-    SwitchDriver d(job, *catalog, new_cluster, processes);
+    SwitchDriver d(job, *catalog, new_cluster, engine);
     absl::Status s = d.Start(old_plan, old_cluster);
     CHECK(s.ok()) << s;
     absl::StatusOr<double> it = d.TrainUntil(1);
@@ -585,16 +595,16 @@ void BM_JoinAddReplica(benchmark::State& st) {
   RunJoin(st, JoinShape::kAddReplica);
 }
 BENCHMARK(BM_JoinAddReplica)
-    ->ArgNames({"state_MB", "processes"})
-    ->ArgsProduct({{32, 128, 512}, {0, 1}})
+    ->ArgNames({"state_MB", "engine"})
+    ->ArgsProduct({{32, 128, 512}, {kThreads, kEngineProcesses, kTorchProcesses}})
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kSecond);
 
 void BM_JoinDeepen(benchmark::State& st) { RunJoin(st, JoinShape::kDeepen); }
 BENCHMARK(BM_JoinDeepen)
-    ->ArgNames({"state_MB", "processes"})
-    ->ArgsProduct({{32, 128, 512, 1024}, {0, 1}})
+    ->ArgNames({"state_MB", "engine"})
+    ->ArgsProduct({{32, 128, 512, 1024}, {kThreads, kEngineProcesses, kTorchProcesses}})
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kSecond);

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -349,13 +350,64 @@ class EngineFault : public ::testing::Test {
     dir_ = TempDir(
         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     d_ = std::make_unique<Driver>(TinyJob(), dir_);
-    a_ = d_->Agent("a", 2, {"--log-dir", dir_ + "/a-engines"});
-    d_->Agent("b", 2, {"--log-dir", dir_ + "/b-engines"});
+    std::vector<std::string> a_args = {"--log-dir", dir_ + "/a-engines"};
+    std::vector<std::string> b_args = {"--log-dir", dir_ + "/b-engines"};
+    for (const std::string& arg : EngineArgs()) {
+      a_args.push_back(arg);
+      b_args.push_back(arg);
+    }
+    a_ = d_->Agent("a", 2, a_args);
+    d_->Agent("b", 2, b_args);
     ASSERT_TRUE(d_->Start(plan_, ab_).ok());
   }
   void TearDown() override {
     d_.reset();
     std::filesystem::remove_all(dir_);
+  }
+  // The agents' engine: arachne-engine (the default) unless overridden.
+  virtual std::vector<std::string> EngineArgs() const { return {}; }
+
+  // GPU a:1's engine killed while the job is stopped: the recovery switch
+  // rebuilds its state from its replica bit for bit, and training goes on
+  // as the reference engine's within `loss_tolerance` (relative; 0: equal).
+  void KilledWhileStoppedRecovers(double loss_tolerance) {
+    ASSERT_TRUE(d_->TrainUntil(2).ok());
+    absl::StatusOr<FullState> before = d_->Gather("before");
+    ASSERT_TRUE(before.ok()) << before.status();
+    KillEngineA1();
+    absl::Status s = Recover();
+    ASSERT_TRUE(s.ok()) << s;
+    absl::StatusOr<RankStatus> a1 = Rank(*a_, 1);
+    ASSERT_TRUE(a1.ok());
+    EXPECT_FALSE(a1->lost);
+    EXPECT_EQ(a1->error, "");
+    EXPECT_TRUE(a1->in_plan);
+    absl::StatusOr<FullState> after = d_->Gather("after");
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_TRUE(*before == *after)
+        << FirstDifference(*ReferenceModelState(TinyJob()), *before, *after);
+    ASSERT_TRUE(d_->TrainUntil(4).ok());
+    auto reference = RunPlan(TinyJob(), plan_, ab_, 4);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    for (const auto& [i, loss] : d_->losses()) {
+      EXPECT_NEAR(loss, reference->losses[i - 1],
+                  loss_tolerance * std::abs(loss))
+          << "iteration " << i;
+    }
+  }
+
+  // GPU a:1's engine stopped (SIGSTOP) past the hang timeout: killed,
+  // counted lost, and its state rebuilt from its replica bit for bit.
+  void StoppedPastTheHangTimeoutRecovers() {
+    ASSERT_TRUE(d_->TrainUntil(2).ok());
+    absl::StatusOr<FullState> before = d_->Gather("before");
+    ASSERT_TRUE(before.ok()) << before.status();
+    KillEngineA1(SIGSTOP);
+    absl::Status s = Recover();
+    ASSERT_TRUE(s.ok()) << s;
+    absl::StatusOr<FullState> after = d_->Gather("after");
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_TRUE(*before == *after);
   }
 
   // Kills GPU 1's engine on node a; checks the agent stays up and reports
@@ -411,27 +463,7 @@ class EngineFault : public ::testing::Test {
 };
 
 TEST_F(EngineFault, KilledWhileStoppedIsLostAndRecoveredFromItsReplica) {
-  ASSERT_TRUE(d_->TrainUntil(2).ok());
-  absl::StatusOr<FullState> before = d_->Gather("before");
-  ASSERT_TRUE(before.ok()) << before.status();
-  KillEngineA1();
-  absl::Status s = Recover();
-  ASSERT_TRUE(s.ok()) << s;
-  absl::StatusOr<RankStatus> a1 = Rank(*a_, 1);
-  ASSERT_TRUE(a1.ok());
-  EXPECT_FALSE(a1->lost);
-  EXPECT_EQ(a1->error, "");
-  EXPECT_TRUE(a1->in_plan);
-  absl::StatusOr<FullState> after = d_->Gather("after");
-  ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_TRUE(*before == *after)
-      << FirstDifference(*ReferenceModelState(TinyJob()), *before, *after);
-  ASSERT_TRUE(d_->TrainUntil(4).ok());
-  auto reference = RunPlan(TinyJob(), plan_, ab_, 4);
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  for (const auto& [i, loss] : d_->losses()) {
-    EXPECT_EQ(loss, reference->losses[i - 1]) << "iteration " << i;
-  }
+  KilledWhileStoppedRecovers(/*loss_tolerance=*/0);
 }
 
 TEST_F(EngineFault, KilledMidIterationRecoversTheLastCompletedIteration) {
@@ -459,15 +491,25 @@ TEST_F(EngineFault, KilledMidIterationRecoversTheLastCompletedIteration) {
 }
 
 TEST_F(EngineFault, StoppedPastTheHangTimeoutIsKilledAndRecovered) {
-  ASSERT_TRUE(d_->TrainUntil(2).ok());
-  absl::StatusOr<FullState> before = d_->Gather("before");
-  ASSERT_TRUE(before.ok()) << before.status();
-  KillEngineA1(SIGSTOP);
-  absl::Status s = Recover();
-  ASSERT_TRUE(s.ok()) << s;
-  absl::StatusOr<FullState> after = d_->Gather("after");
-  ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_TRUE(*before == *after);
+  StoppedPastTheHangTimeoutRecovers();
+}
+
+// The same faults with the PyTorch engine (python/arachne_torch): its
+// losses follow the reference engine's within 1e-4 (TorchEngine tests).
+class TorchEngineFault : public EngineFault {
+ protected:
+  std::vector<std::string> EngineArgs() const override {
+    return {"--engine-command",
+            std::string(ARACHNE_BINARY_DIR) + "/python/arachne-torch-engine"};
+  }
+};
+
+TEST_F(TorchEngineFault, KilledWhileStoppedIsLostAndRecoveredFromItsReplica) {
+  KilledWhileStoppedRecovers(/*loss_tolerance=*/1e-4);
+}
+
+TEST_F(TorchEngineFault, StoppedPastTheHangTimeoutIsKilledAndRecovered) {
+  StoppedPastTheHangTimeoutRecovers();
 }
 
 TEST_F(EngineFault, TheAgentDescribesTheJobsStateAsItsEnginesDo) {
