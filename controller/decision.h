@@ -1,5 +1,5 @@
-// Keep-or-switch after a membership change (ARCHITECTURE.md §3, paper
-// §5.6): the controller switches
+// Keep-or-switch after a membership change (docs/controller.md,
+// paper §5.6): the controller switches
 //   - always, when the current plan lost a GPU or no longer fits the new
 //     cluster (it cannot go on), and
 //   - otherwise only when the training time the new plan saves over the

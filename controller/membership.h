@@ -1,4 +1,4 @@
-// The job's membership (ARCHITECTURE.md §3 "Controller"): the agents that
+// The job's membership (docs/controller.md): the agents that
 // registered, each under a lease that Heartbeat renews (a lease that runs
 // out is an ungraceful leave), the joins a scheduler announced, and the
 // nodes draining toward a deadline. It also decides *when* a change is

@@ -1,5 +1,7 @@
-// The switch state machine (ARCHITECTURE.md §3 "Reconfiguration"): drives
-// the agents from the current generation c to n = c + 1 as
+// The switch state machine (docs/architecture.md, docs/controller.md): drives
+// the agents from the current generation c to a new generation n (one past
+// the highest generation ever attempted, so an aborted one is never reused)
+// as
 //   Prepare(n)   on every agent of the new cluster, in parallel (joiners
 //                warm up; training under c goes on)
 //   Pause(n, 0)  on the agents of the old cluster (the ranks agree on the

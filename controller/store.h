@@ -1,4 +1,4 @@
-// The controller's persistent state (ARCHITECTURE.md §3 "Persistence"):
+// The controller's persistent state (docs/controller.md):
 // membership, the current plan and its cluster, the generation, the switch
 // in progress with its phase, the decision log and the timings of every
 // switch, in one SQLite database in WAL mode, `<state_dir>/controller.db`.

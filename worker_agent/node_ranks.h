@@ -129,13 +129,14 @@ struct NodeStatus {
 // prefix of each of its process groups is "arachne/g<g>/...". The switch
 // from the current generation c to n > c:
 //   Prepare(n)  plan n's layout, diff and two-stage schedule are computed
-//               (the same on every agent); the migration transport connects;
-//               ranks that join build nothing yet. Training under c goes on.
+//               (the same on every agent); the migration transport connects
+//               and plan n's process groups and engines are built, their
+//               state not yet filled. Training under c goes on.
 //   Pause(n, k) every rank of c stops after iteration k (the same k on all).
 //   Migrate(n, 1), Migrate(n, 2)  the schedule's stages; the old state is
 //               only read.
-//   Rebuild(n)  plan n's process groups and engines, loaded from the
-//               migrated state.
+//   Rebuild(n)  plan n's engines load the migrated state (their groups
+//               exist since Prepare).
 //   Commit(n)   n becomes current; c's engines and groups are destroyed.
 //   Resume(n)   training goes on under n.
 //   Abort(n)    n's state is dropped; c stays current (and resumes when

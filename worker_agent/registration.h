@@ -1,4 +1,4 @@
-// An agent's membership in its job (ARCHITECTURE.md §3 "Controller"): the
+// An agent's membership in its job (docs/architecture.md, docs/controller.md): the
 // agent registers itself with its arachne-controller (node, GPU type and
 // count, memory per GPU, the address its Agent service listens on) and then
 // renews the lease the controller granted by Heartbeat every lease/3.

@@ -1,5 +1,5 @@
 // The training state of a model and where a plan puts it (paper §5.6,
-// ARCHITECTURE.md §3 "Migration").
+// docs/migration.md).
 //
 // ModelState lists every tensor of the model: for every parameter (per
 // transformer block, embedding, final norm, LM head; routed experts one by

@@ -396,6 +396,42 @@ class EngineFault : public ::testing::Test {
     }
   }
 
+  // The engine of a:1 killed at `step` of a switch to TP 2 on each node:
+  // the switch aborts, the rank is reported lost, and switching again with
+  // it counted lost rebuilds its state from its replica bit for bit.
+  void KilledInPhaseAbortsThenRecovers(SwitchStep step) {
+    ASSERT_TRUE(d_->TrainUntil(2).ok());
+    absl::StatusOr<FullState> before = d_->Gather("before");
+    ASSERT_TRUE(before.ok()) << before.status();
+    // A switch to TP 2 on each node; a's GPU 1 engine dies inside it.
+    int next = 0;
+    Template tp2 = MakeTemplate({{2, 0, 2}, {2, 2, 4}}, 1, 2, 8, 0, &next);
+    tp2.placement[0] = StagePlacement{.node = 0, .gpus = {0, 1}};
+    tp2.placement[1] = StagePlacement{.node = 1, .gpus = {0, 1}};
+    const Plan target{{tp2}};
+    pid_t killed = 0;
+    absl::Status s = d_->Switch(target, ab_, step, [&]() {
+      absl::StatusOr<RankStatus> r = Rank(*a_, 1);
+      CHECK(r.ok());
+      killed = static_cast<pid_t>(r->engine_pid);
+      kill(killed, SIGKILL);
+    });
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(d_->generation(), 1);
+    absl::StatusOr<RankStatus> lost = AwaitLost(*a_, 1, absl::Seconds(5));
+    ASSERT_TRUE(lost.ok()) << lost.status();
+    EXPECT_THAT(lost->error, HasSubstr(absl::StrCat("engine process ", killed)));
+    EXPECT_TRUE(Alive(a_->pid()));
+    // Switching again with the GPU counted lost takes its state from a:0.
+    s = d_->Switch(target, ab_, SwitchStep::kNone, nullptr, "",
+                   {migration::GpuId{"a", 1}});
+    ASSERT_TRUE(s.ok()) << s;
+    absl::StatusOr<FullState> after = d_->Gather("after");
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_TRUE(*before == *after)
+        << FirstDifference(*ReferenceModelState(TinyJob()), *before, *after);
+  }
+
   // GPU a:1's engine stopped (SIGSTOP) past the hang timeout: killed,
   // counted lost, and its state rebuilt from its replica bit for bit.
   void StoppedPastTheHangTimeoutRecovers() {
@@ -537,52 +573,38 @@ class EngineKilledInPhase : public EngineFault,
                             public ::testing::WithParamInterface<SwitchStep> {};
 
 TEST_P(EngineKilledInPhase, AbortsThenRecoversFromTheReplica) {
-  ASSERT_TRUE(d_->TrainUntil(2).ok());
-  absl::StatusOr<FullState> before = d_->Gather("before");
-  ASSERT_TRUE(before.ok()) << before.status();
-  // A switch to TP 2 on each node; a's GPU 1 engine dies inside it.
-  int next = 0;
-  Template tp2 = MakeTemplate({{2, 0, 2}, {2, 2, 4}}, 1, 2, 8, 0, &next);
-  tp2.placement[0] = StagePlacement{.node = 0, .gpus = {0, 1}};
-  tp2.placement[1] = StagePlacement{.node = 1, .gpus = {0, 1}};
-  const Plan target{{tp2}};
-  pid_t killed = 0;
-  absl::Status s = d_->Switch(target, ab_, GetParam(), [&]() {
-    absl::StatusOr<RankStatus> r = Rank(*a_, 1);
-    CHECK(r.ok());
-    killed = static_cast<pid_t>(r->engine_pid);
-    kill(killed, SIGKILL);
-  });
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(d_->generation(), 1);
-  absl::StatusOr<RankStatus> lost = AwaitLost(*a_, 1, absl::Seconds(5));
-  ASSERT_TRUE(lost.ok()) << lost.status();
-  EXPECT_THAT(lost->error, HasSubstr(absl::StrCat("engine process ", killed)));
-  EXPECT_TRUE(Alive(a_->pid()));
-  // Switching again with the GPU counted lost takes its state from a:0.
-  s = d_->Switch(target, ab_, SwitchStep::kNone, nullptr, "",
-                 {migration::GpuId{"a", 1}});
-  ASSERT_TRUE(s.ok()) << s;
-  absl::StatusOr<FullState> after = d_->Gather("after");
-  ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_TRUE(*before == *after)
-      << FirstDifference(*ReferenceModelState(TinyJob()), *before, *after);
+  KilledInPhaseAbortsThenRecovers(GetParam());
+}
+
+class TorchEngineKilledInPhase
+    : public TorchEngineFault,
+      public ::testing::WithParamInterface<SwitchStep> {};
+
+TEST_P(TorchEngineKilledInPhase, AbortsThenRecoversFromTheReplica) {
+  KilledInPhaseAbortsThenRecovers(GetParam());
+}
+
+std::string StepName(const ::testing::TestParamInfo<SwitchStep>& info) {
+  switch (info.param) {
+    case SwitchStep::kBeforeStage1:
+      return "InStage1";
+    case SwitchStep::kBeforeStage2:
+      return "InStage2";
+    default:
+      return "InRebuild";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, EngineKilledInPhase,
                          ::testing::Values(SwitchStep::kBeforeStage1,
                                            SwitchStep::kBeforeStage2,
                                            SwitchStep::kBeforeRebuild),
-                         [](const auto& info) {
-                           switch (info.param) {
-                             case SwitchStep::kBeforeStage1:
-                               return std::string("InStage1");
-                             case SwitchStep::kBeforeStage2:
-                               return std::string("InStage2");
-                             default:
-                               return std::string("InRebuild");
-                           }
-                         });
+                         StepName);
+INSTANTIATE_TEST_SUITE_P(Steps, TorchEngineKilledInPhase,
+                         ::testing::Values(SwitchStep::kBeforeStage1,
+                                           SwitchStep::kBeforeStage2,
+                                           SwitchStep::kBeforeRebuild),
+                         StepName);
 
 }  // namespace
 }  // namespace arachne::agent

@@ -1,5 +1,5 @@
-// One training rank's part of a job (ARCHITECTURE.md §3 "Worker agent and
-// engine"). An Engine is built for a plan and this rank's position in it,
+// One training rank's part of a job (docs/architecture.md, "Engines").
+// An Engine is built for a plan and this rank's position in it,
 // runs iterations together with the other ranks of the plan (every rank of
 // the plan calls RunIteration for the same iteration), and exposes its whole
 // training state in the canonical layout of migration::PlanLayout, so the
