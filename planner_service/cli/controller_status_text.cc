@@ -153,6 +153,13 @@ void RenderMeasurements(const v1::GetStatusResponse& s, std::string* out) {
           g.cluster());
     }
   }
+  if (s.generations_omitted() > 0) {
+    absl::StrAppendFormat(out,
+                          "  (%d older generation%s left out of this status "
+                          "to keep it within its size budget)\n",
+                          s.generations_omitted(),
+                          s.generations_omitted() == 1 ? "" : "s");
+  }
 }
 
 }  // namespace
@@ -216,6 +223,14 @@ std::string RenderControllerStatus(const v1::GetStatusResponse& s,
 
   absl::StrAppendFormat(&out, "\ndecisions: %d (most recent first)\n",
                         s.decisions_size());
+  if (s.decisions_omitted() > 0) {
+    // The controller kept GetStatus within its size budget.
+    absl::StrAppendFormat(&out,
+                          "  (%d older decision%s left out of this status to "
+                          "keep it within its size budget)\n",
+                          s.decisions_omitted(),
+                          s.decisions_omitted() == 1 ? "" : "s");
+  }
   for (const v1::Decision& d : s.decisions()) {
     absl::StrAppendFormat(&out, "  #%d %s %s (%s)%s\n    %s\n    %s\n", d.id(),
                           Clock(d.time_unix_s(), zone), d.verdict(),

@@ -17,7 +17,9 @@ namespace arachne {
 // stage: GPU type, TP, layers, memory, nodes), its measured iteration time
 // and peak memory beside the raw and corrected predictions with the
 // corrections in force and every recorded generation, the last switch's
-// timings and the recent decisions with their numbers. `address` names the controller
+// timings and the recent decisions with their numbers (and how many older
+// decisions and generations the controller left out to keep the status
+// within its size budget). `address` names the controller
 // in the first line. Times print in `zone`.
 std::string RenderControllerStatus(const v1::GetStatusResponse& status,
                                    const std::string& address,
