@@ -76,7 +76,6 @@ class RankMigration:
     world_size: int
     kept: Tuple[Segment, ...]
     stages: Dict[int, Tuple[Transfer, ...]]
-    rounds: Dict[int, int]
 
     @property
     def bytes_kept(self) -> int:
@@ -113,7 +112,7 @@ class RankMigration:
 
         kept = tuple(segment(s, f"{field}.kept[{i}]")
                      for i, s in enumerate(msg.kept))
-        stages, rounds = {}, {}
+        stages = {}
         for stage, items, count in ((1, msg.stage1, msg.stage1_rounds),
                                     (2, msg.stage2, msg.stage2_rounds)):
             if not 0 <= count <= 1 << 20:
@@ -140,8 +139,8 @@ class RankMigration:
                 out.append(Transfer(t.round, t.peer, t.send, tuple(
                     segment(s, f"{w}.segments[{j}]")
                     for j, s in enumerate(t.segments))))
-            stages[stage], rounds[stage] = tuple(out), count
-        return RankMigration(msg.rank, msg.world_size, kept, stages, rounds)
+            stages[stage] = tuple(out)
+        return RankMigration(msg.rank, msg.world_size, kept, stages)
 
 
 def cluster_rank(cluster, node: str, local_rank: int) -> int:
