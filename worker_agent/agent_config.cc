@@ -2,7 +2,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <deque>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -13,7 +16,9 @@
 #include "planner_service/io/config_file.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/input_bounds.h"
+#include "planner_service/io/json_yaml.h"
 #include "planner_service/io/model_io.h"
+#include "worker_agent/checkpoint_io.h"
 
 namespace arachne::agent {
 namespace {
@@ -100,6 +105,14 @@ absl::Status CheckValues(const v1::AgentConfig& config,
   }
   if (config.has_log_dir() && config.log_dir().empty()) {
     return ValueError(names, "log_dir", "must be a directory, got \"\"");
+  }
+  if (config.has_checkpoint_root() &&
+      (config.checkpoint_root().empty() ||
+       config.checkpoint_root().find('\0') != std::string::npos ||
+       !std::filesystem::path(config.checkpoint_root()).is_absolute())) {
+    return ValueError(names, "checkpoint_root",
+                      absl::StrCat("must be an absolute directory path, got ",
+                                   QuoteForMessage(config.checkpoint_root())));
   }
   if (config.has_host() && config.host().empty()) {
     return ValueError(names, "host",
@@ -285,7 +298,123 @@ absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
                                    ", which runs no engine command"));
   }
   if (config.has_grace_s()) settings.grace = absl::Seconds(config.grace_s());
+  if (config.has_checkpoint_root()) {
+    // Created now, so that a root the agent cannot make fails at start and
+    // not at the first checkpoint; resolved now, so that requests are
+    // compared with the real directory (a root under a symlinked /tmp too).
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(config.checkpoint_root(), ec);
+    fs::path root;
+    if (!ec) root = fs::canonical(config.checkpoint_root(), ec);
+    if (!ec && !fs::is_directory(root, ec) && !ec) {
+      ec = std::make_error_code(std::errc::not_a_directory);
+    }
+    if (ec) {
+      return absl::Status(
+          CheckpointIoCode(ec),
+          absl::StrCat(names("checkpoint_root"), ": cannot create or resolve ",
+                       QuoteForMessage(config.checkpoint_root()), ": ",
+                       ec.message()));
+    }
+    settings.checkpoint_root = root.string();
+  }
   return settings;
+}
+
+absl::StatusOr<std::string> CheckCheckpointDir(absl::string_view root,
+                                               absl::string_view field,
+                                               absl::string_view dir) {
+  namespace fs = std::filesystem;
+  if (root.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": this agent was started without --checkpoint-root "
+        "(checkpoint_root in its config file), so it writes and reads no "
+        "checkpoints; got ", QuoteForMessage(dir)));
+  }
+  const std::string quoted_root = QuoteForMessage(root);
+  if (dir.empty() || dir.find('\0') != absl::string_view::npos ||
+      !fs::path(std::string(dir)).is_absolute()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": must be an absolute path inside the checkpoint root ",
+        quoted_root, ", got ", QuoteForMessage(dir)));
+  }
+  // "." and ".." folded first, as the words of the path say; then each
+  // existing component resolved as the kernel would (a symlink's target
+  // replaces it, ".." in a target goes up from the resolved directory),
+  // until the first component that does not exist: the rest is created
+  // below it as written.
+  const fs::path normal = fs::path(std::string(dir)).lexically_normal();
+  std::deque<fs::path> todo;
+  for (const fs::path& c : normal.relative_path()) todo.push_back(c);
+  fs::path done = "/";
+  bool exists = true;
+  int links = 0;
+  auto io_error = [&](const std::error_code& ec, const fs::path& at) {
+    // A name too long is the value's fault, not the machine's.
+    return absl::Status(
+        ec == std::errc::filename_too_long
+            ? absl::StatusCode::kInvalidArgument
+            : CheckpointIoCode(ec),
+        absl::StrCat(field, ": cannot resolve ", QuoteForMessage(dir), " at ",
+                     QuoteForMessage(at.string()), ": ", ec.message()));
+  };
+  while (!todo.empty()) {
+    const fs::path c = todo.front();
+    todo.pop_front();
+    if (c.empty() || c == ".") continue;
+    if (c == "..") {
+      done = done.parent_path();
+      continue;
+    }
+    const fs::path next = done / c;
+    if (!exists) {
+      done = next;
+      continue;
+    }
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(next, ec);
+    if (ec && st.type() != fs::file_type::not_found) return io_error(ec, next);
+    if (st.type() == fs::file_type::not_found) {
+      exists = false;
+      done = next;
+      continue;
+    }
+    if (fs::is_symlink(st)) {
+      if (++links > 40) {
+        return io_error(std::make_error_code(std::errc::too_many_symbolic_link_levels), next);
+      }
+      const fs::path target = fs::read_symlink(next, ec);
+      if (ec) return io_error(ec, next);
+      if (target.is_absolute()) done = "/";
+      const fs::path relative = target.relative_path();
+      std::vector<fs::path> parts(relative.begin(), relative.end());
+      todo.insert(todo.begin(), parts.begin(), parts.end());
+      continue;
+    }
+    if (!todo.empty() && !fs::is_directory(st)) {
+      return io_error(std::make_error_code(std::errc::not_a_directory), next);
+    }
+    done = next;
+  }
+  // Inside: the root's components are a prefix of the resolved path's.
+  const fs::path root_path{std::string(root)};
+  auto r = root_path.begin();
+  auto d = done.begin();
+  for (; r != root_path.end() && d != done.end(); ++r, ++d) {
+    if (*r != *d) break;
+  }
+  while (r != root_path.end() && r->empty()) ++r;
+  if (r != root_path.end()) {
+    const std::string resolved = done.string();
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": must be inside the checkpoint root ", quoted_root, ", got ",
+        QuoteForMessage(dir),
+        resolved == dir ? std::string()
+                        : absl::StrCat(" (resolved to ",
+                                       QuoteForMessage(resolved), ")")));
+  }
+  return done.string();
 }
 
 absl::Status WritePortFile(const std::string& path, int port) {
@@ -371,6 +500,11 @@ AgentFlags::AgentFlags(CLI::App& app) {
       "--log-dir", log_dir_,
       "directory of the engines' logs, engine-<i>.log (default: the "
       "engines' socket directory under $TMPDIR)");
+  checkpoint_root_opt_ = app.add_option(
+      "--checkpoint-root", checkpoint_root_,
+      "absolute directory every checkpoint path (SaveCheckpoint's dir, "
+      "Prepare's checkpoint_dir) must lie in; created at start (default: "
+      "none, and no checkpoints are written or read)");
   in_process_ranks_opt_ = app.add_flag(
       "--in-process-ranks", in_process_ranks_,
       "run the ranks as threads of the agent (built-in reference engine), "
@@ -414,6 +548,9 @@ v1::AgentConfig AgentFlags::Given() const {
     given.set_engine_command(engine_command_);
   }
   if (log_dir_opt_->count() > 0) given.set_log_dir(log_dir_);
+  if (checkpoint_root_opt_->count() > 0) {
+    given.set_checkpoint_root(checkpoint_root_);
+  }
   if (in_process_ranks_opt_->count() > 0) {
     given.set_in_process_ranks(in_process_ranks_);
   }

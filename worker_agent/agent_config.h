@@ -61,7 +61,31 @@ struct AgentSettings {
   std::vector<std::string> engine_command;
   std::string log_dir;            // "" = the engines' socket directory
   bool in_process_ranks = false;  // ranks as threads, no engine processes
+  // Every checkpoint path must lie in this directory (CheckCheckpointDir):
+  // absolute, created by ResolveAgentConfig and with its symlinks resolved.
+  // "" = none: the agent writes and reads no checkpoints.
+  std::string checkpoint_root;
 };
+
+// A checkpoint directory `dir` the agent was given in request field `field`
+// ("dir", "checkpoint_dir"), checked against the agent's `root` (a resolved
+// absolute path, AgentSettings::checkpoint_root). Answers the path to use:
+// `dir` lexically normalised ("." and ".." folded) with the symlinks of its
+// longest existing prefix resolved, which is what the check was made on, so
+// the caller must read and write that path and no other. Errors, each naming
+// the field and quoting the value (at most kMaxQuotedBytes of it):
+//   FailedPrecondition "<field>: this agent has no --checkpoint-root ..."
+//     when `root` is empty;
+//   InvalidArgument "<field>: must be an absolute path ..., got \"rel\"";
+//   InvalidArgument "<field>: must be inside the checkpoint root \"/r\", got
+//     \"/r/a/../../x\" (resolved to \"/x\")" for a path that leaves it,
+//     through ".." or through a symlink;
+//   the code of CheckpointIoCode (checkpoint_io.h) when the existing prefix cannot be
+//     examined (a component that is not a directory, no permission, ...).
+absl::StatusOr<std::string> CheckCheckpointDir(absl::string_view root,
+                                               absl::string_view field,
+                                               absl::string_view dir);
+
 
 // Parses `text` (YAML or JSON) read from `source` and checks each value it
 // gives, naming "<source>: <field>". Unknown fields, wrong types and
@@ -111,9 +135,10 @@ class AgentFlags {
   int virtual_gpus_ = 0;
   std::string tls_cert_, tls_key_, tls_client_ca_, token_file_, port_file_;
   double grace_s_ = 0;
-  std::string engine_command_, log_dir_;
+  std::string engine_command_, log_dir_, checkpoint_root_;
   bool in_process_ranks_ = false;
-  CLI::Option *engine_command_opt_, *log_dir_opt_, *in_process_ranks_opt_;
+  CLI::Option *engine_command_opt_, *log_dir_opt_, *in_process_ranks_opt_,
+      *checkpoint_root_opt_;
   std::string controller_, controller_token_file_, controller_tls_ca_,
       controller_tls_cert_, controller_tls_key_;
   CLI::Option *controller_opt_, *controller_token_file_opt_,

@@ -11,6 +11,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "rpc/grpc_status.h"
 #include "rpc/server.h"
+#include "worker_agent/agent_config.h"
 #include "worker_agent/agent_proto_convert.h"
 #include "worker_agent/controller_identity.h"
 
@@ -135,6 +136,12 @@ grpc::Status AgentService::Prepare(grpc::ServerContext* context,
     absl::StatusOr<PrepareArgs> args =
         PrepareArgsFromProto(*request, catalog_, models_);
     if (!args.ok()) return args.status();
+    if (!args->checkpoint_dir.empty() && config_.checkpoint_root.has_value()) {
+      absl::StatusOr<std::string> dir = CheckCheckpointDir(
+          *config_.checkpoint_root, "checkpoint_dir", args->checkpoint_dir);
+      if (!dir.ok()) return dir.status();
+      args->checkpoint_dir = *std::move(dir);
+    }
     if (absl::Status s = args->job.engine.Validate(); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("engine: ", s.message()));
     }
@@ -268,7 +275,14 @@ grpc::Status AgentService::SaveCheckpoint(
         if (request->dir().empty()) {
           return absl::InvalidArgumentError("dir: required, got none");
         }
-        return runtime_->SaveCheckpoint(request->generation(), request->dir());
+        if (!config_.checkpoint_root.has_value()) {
+          return runtime_->SaveCheckpoint(request->generation(),
+                                          request->dir());
+        }
+        absl::StatusOr<std::string> dir = CheckCheckpointDir(
+            *config_.checkpoint_root, "dir", request->dir());
+        if (!dir.ok()) return dir.status();
+        return runtime_->SaveCheckpoint(request->generation(), *dir);
       });
 }
 

@@ -23,6 +23,7 @@
 #define ARACHNE_WORKER_AGENT_AGENT_SERVICE_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,14 @@ struct AgentServiceConfig {
   // any caller that passes the token (a driver or test plays controller).
   bool require_controller = false;
   std::string controller_address;  // for messages
+  // Every checkpoint path of a request (SaveCheckpoint's dir, Prepare's
+  // checkpoint_dir) must lie in this directory (a resolved absolute path,
+  // AgentSettings::checkpoint_root), checked by CheckCheckpointDir
+  // (agent_config.h) before the runtime sees it; the runtime gets the
+  // resolved path. "" = none: such requests are FAILED_PRECONDITION.
+  // Unset = no check: an engine process (engine/engine_service.h), whose
+  // agent checked the path and sends the resolved one.
+  std::optional<std::string> checkpoint_root;
 };
 
 class AgentService final : public v1::Agent::Service {

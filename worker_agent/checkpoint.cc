@@ -1,7 +1,11 @@
 #include "worker_agent/checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <iterator>
 #include <cstring>
@@ -15,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "worker_agent/checkpoint_io.h"
 
 namespace arachne::agent {
 namespace {
@@ -125,7 +130,8 @@ absl::Status WriteCheckpointShard(const std::string& dir,
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    return absl::UnavailableError(
+    return absl::Status(
+        CheckpointIoCode(ec),
         absl::StrCat("checkpoint_dir ", dir, ": cannot create: ", ec.message()));
   }
   std::string out(kMagic, sizeof(kMagic));
@@ -143,18 +149,39 @@ absl::Status WriteCheckpointShard(const std::string& dir,
   }
   const std::string path = (std::filesystem::path(dir) / ShardFileName(gpu)).string();
   const std::string tmp = path + ".tmp";
+  // POSIX calls rather than a stream, for the errno that tells a permanent
+  // failure (no permission, read-only, no space) from a transient one.
+  auto failed = [&](const char* what, int err) {
+    std::remove(tmp.c_str());
+    return absl::Status(
+        CheckpointIoCode(err),
+        absl::StrCat("checkpoint: cannot ", what, " ", tmp, ": ",
+                     std::generic_category().message(err)));
+  };
   {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(out.data(), static_cast<std::streamsize>(out.size()));
-    f.flush();
-    if (!f) {
-      return absl::UnavailableError(
-          absl::StrCat("checkpoint: cannot write ", tmp));
+    const int fd =
+        ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return failed("create", errno);
+    size_t at = 0;
+    while (at < out.size()) {
+      const ssize_t n = ::write(fd, out.data() + at, out.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int err = errno;
+        ::close(fd);
+        return failed("write", err);
+      }
+      at += static_cast<size_t>(n);
     }
+    if (::close(fd) != 0 && errno != EINTR) return failed("write", errno);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("checkpoint: cannot rename ", tmp, " to ", path));
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return absl::Status(
+        CheckpointIoCode(err),
+        absl::StrCat("checkpoint: cannot rename ", tmp, " to ", path, ": ",
+                     std::generic_category().message(err)));
   }
   return absl::OkStatus();
 }
@@ -173,6 +200,11 @@ absl::StatusOr<FullState> ReadCheckpoint(const std::string& dir,
         n.substr(n.size() - 4) == ".bin") {
       files.push_back(e.path().string());
     }
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return absl::Status(CheckpointIoCode(ec),
+                        absl::StrCat("checkpoint_dir ", dir,
+                                     ": cannot read: ", ec.message()));
   }
   if (ec || files.empty()) {
     return absl::NotFoundError(

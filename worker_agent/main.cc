@@ -110,7 +110,8 @@ int main(int argc, char** argv) {
       runtime.get(), settings->catalog, settings->models,
       {.bearer_token = settings->bearer_token,
        .require_controller = !settings->controller.empty(),
-       .controller_address = settings->controller});
+       .controller_address = settings->controller,
+       .checkpoint_root = settings->checkpoint_root});
   auto server = arachne::agent::AgentServer::Start(
       &service, {.listen = settings->listen, .tls = settings->tls});
   if (!server.ok()) {

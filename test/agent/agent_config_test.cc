@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker_agent/checkpoint_io.h"
 
 namespace arachne::agent {
 namespace {
@@ -431,6 +433,150 @@ TEST_F(AgentConfigTest, UnwritablePortFileIsUnavailable) {
   const absl::Status s = WritePortFile(dir_ + "/no/such/dir/port", 1);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(s.message(), HasSubstr("port_file: cannot write \""));
+}
+
+
+// --checkpoint-root: absolute, created at start and resolved; given
+// nowhere, none.
+TEST_F(AgentConfigTest, CheckpointRootIsCreatedResolvedAndChecked) {
+  absl::StatusOr<AgentSettings> none = FromArgs(
+      {"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "2"});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->checkpoint_root, "");
+
+  std::filesystem::create_directories(dir_ + "/real");
+  std::filesystem::create_directory_symlink(dir_ + "/real", dir_ + "/link");
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "2",
+                "--checkpoint-root", dir_ + "/link/ckpt/"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->checkpoint_root,
+            std::filesystem::canonical(dir_ + "/real/ckpt").string());
+  EXPECT_TRUE(std::filesystem::is_directory(dir_ + "/real/ckpt"));
+
+  const std::string file = Write("agent.yaml",
+                                 "node: n0\ngpu_type: A6000\nvirtual_gpus: 1\n"
+                                 "checkpoint_root: ckpt\n");
+  absl::Status rel = FromArgs({"--config", file}).status();
+  EXPECT_EQ(rel.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rel.message(),
+              HasSubstr(file + ": checkpoint_root: must be an absolute "
+                               "directory path, got \"ckpt\""));
+
+  Write("plain", "x");
+  absl::Status not_dir =
+      FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "2",
+                "--checkpoint-root", dir_ + "/plain/ckpt"})
+          .status();
+  EXPECT_EQ(not_dir.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(not_dir.message(),
+              HasSubstr("--checkpoint-root: cannot create or resolve \""));
+}
+
+class CheckpointDirTest : public AgentConfigTest {
+ protected:
+  void SetUp() override {
+    AgentConfigTest::SetUp();
+    root_ = std::filesystem::canonical(dir_).string() + "/root";
+    std::filesystem::create_directories(root_ + "/jobs/a");
+    std::filesystem::create_directories(dir_ + "/outside");
+  }
+  absl::StatusOr<std::string> Check(const std::string& dir) const {
+    return CheckCheckpointDir(root_, "dir", dir);
+  }
+  std::string root_;
+};
+
+TEST_F(CheckpointDirTest, PathsInsideTheRootAreNormalisedAndResolved) {
+  EXPECT_EQ(*Check(root_ + "/jobs/a"), root_ + "/jobs/a");
+  EXPECT_EQ(*Check(root_ + "/jobs/a/"), root_ + "/jobs/a");
+  EXPECT_EQ(*Check(root_ + "/new/deeper"), root_ + "/new/deeper");
+  EXPECT_EQ(*Check(root_ + "/./jobs//a/../b"), root_ + "/jobs/b");
+  EXPECT_EQ(*Check(root_), root_);
+  // A symlink inside the root that stays inside: the path it resolves to.
+  std::filesystem::create_directory_symlink("jobs/a", root_ + "/latest");
+  EXPECT_EQ(*Check(root_ + "/latest/g3"), root_ + "/jobs/a/g3");
+  std::filesystem::create_directory_symlink("..", root_ + "/jobs/a/up");
+  EXPECT_EQ(*Check(root_ + "/jobs/a/up/b"), root_ + "/jobs/b");
+}
+
+TEST_F(CheckpointDirTest, PathsOutsideTheRootAreInvalidArgumentNamingDir) {
+  struct Case {
+    std::string dir;
+    std::string message;
+  };
+  std::filesystem::create_directory_symlink(dir_ + "/outside",
+                                            root_ + "/escape-link");
+  std::filesystem::create_symlink(dir_ + "/outside/not-yet",
+                                  root_ + "/dangling");
+  std::filesystem::create_directory_symlink("..", root_ + "/parent");
+  const std::string in_root = "must be inside the checkpoint root \"";
+  const std::vector<Case> cases = {
+      {"relative/ckpt",
+       "dir: must be an absolute path inside the checkpoint root \"" + root_ +
+           "\", got \"relative/ckpt\""},
+      {"", "dir: must be an absolute path inside the checkpoint root"},
+      {root_ + "/a/../../escape", "dir: " + in_root},
+      {root_ + "/../root-sibling", "dir: " + in_root},
+      {root_ + "-sibling/x", "dir: " + in_root},
+      {"/", "dir: " + in_root},
+      {root_ + "/escape-link/ckpt", "(resolved to \""},
+      {root_ + "/dangling/ckpt", "(resolved to \""},
+      {root_ + "/parent/x", "(resolved to \""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.dir);
+    absl::StatusOr<std::string> r = Check(c.dir);
+    ASSERT_FALSE(r.ok()) << *r;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr(c.message));
+  }
+  absl::Status link = Check(root_ + "/escape-link/ckpt").status();
+  EXPECT_THAT(link.message(),
+              HasSubstr("(resolved to \"" +
+                        std::filesystem::canonical(dir_ + "/outside").string() +
+                        "/ckpt\")"));
+}
+
+TEST_F(CheckpointDirTest, LongValuesAreQuotedAbbreviated) {
+  const std::string dir = root_ + "/../" + std::string(5000, 'x');
+  absl::Status s = Check(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("...\" (" + std::to_string(dir.size()) +
+                                     " bytes)"));
+  EXPECT_LT(s.message().size(), 400u);
+  absl::Status nul = Check(root_ + std::string("/a\0b", 4)).status();
+  EXPECT_EQ(nul.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CheckpointDirTest, PermanentFileSystemErrorsAreFailedPrecondition) {
+  Write("root/file", "x");
+  absl::Status s = Check(root_ + "/file/ckpt").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("dir: cannot resolve \""));
+  EXPECT_THAT(s.message(), HasSubstr("Not a directory"));
+  std::filesystem::create_symlink("loop", root_ + "/loop");
+  absl::Status loop = Check(root_ + "/loop/x").status();
+  EXPECT_EQ(loop.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CheckpointDirTest, AnAgentWithoutARootTakesNoCheckpointPaths) {
+  absl::Status s =
+      CheckCheckpointDir("", "checkpoint_dir", "/data/ckpt").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(),
+              HasSubstr("checkpoint_dir: this agent was started without "
+                        "--checkpoint-root"));
+  EXPECT_THAT(s.message(), HasSubstr("got \"/data/ckpt\""));
+}
+
+TEST(CheckpointIoCode, PermanentErrorsArePermanent) {
+  for (int e : {EACCES, EPERM, EROFS, ENOTDIR, ENOSPC, EDQUOT, ENAMETOOLONG}) {
+    EXPECT_EQ(CheckpointIoCode(e), absl::StatusCode::kFailedPrecondition) << e;
+  }
+  for (int e : {EIO, EINTR, EAGAIN, EBUSY, ETIMEDOUT}) {
+    EXPECT_EQ(CheckpointIoCode(e), absl::StatusCode::kUnavailable) << e;
+  }
 }
 
 }  // namespace

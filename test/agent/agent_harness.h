@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -66,6 +67,12 @@ class AgentProcess {
                                      "--virtual-gpus", std::to_string(gpus_),
                                      "--listen", "127.0.0.1:0",
                                      "--port-file", PortFile()};
+    // Checkpoints go under the test's directory (Gather, the controller's
+    // fallback checkpoint) unless the test names its own root.
+    if (std::find(extra_args_.begin(), extra_args_.end(),
+                  "--checkpoint-root") == extra_args_.end()) {
+      argv.insert(argv.end(), {"--checkpoint-root", dir_});
+    }
     argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
     pid_ = arachne::testing::SpawnWithPortFile(std::move(argv), Log(),
                                                PortFile());

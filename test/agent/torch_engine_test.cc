@@ -119,8 +119,11 @@ TEST(TorchEngine, ReferenceCheckpointLoadsAndAPlanChangeRestoresBitwise) {
     reference_ckpt = dir + "/cpp/ckpt";
   }
   Driver d(job, dir + "/torch");
-  d.Agent("a", 2, TorchEngine());
-  d.Agent("b", 2, TorchEngine());
+  // Their checkpoint root holds the reference engine's checkpoint too.
+  std::vector<std::string> args = TorchEngine();
+  args.insert(args.end(), {"--checkpoint-root", dir});
+  d.Agent("a", 2, args);
+  d.Agent("b", 2, args);
   // The same plan on this engine, from the reference engine's state.
   absl::Status started = d.Start(dp2, ab, reference_ckpt);
   ASSERT_TRUE(started.ok()) << started;
