@@ -112,6 +112,10 @@ EngineConfig EngineConfigFromProto(const v1::EngineConfig& e) {
     out.token_file = EngineConfig::TokenFile{e.token_file().path(),
                                              e.token_file().token_bytes()};
   }
+  if (e.has_lr_schedule()) out.lr_schedule = e.lr_schedule();
+  if (e.has_decay_iterations()) out.decay_iterations = e.decay_iterations();
+  if (e.has_min_learning_rate()) out.min_learning_rate = e.min_learning_rate();
+  if (e.has_grad_clip_norm()) out.grad_clip_norm = e.grad_clip_norm();
   return out;
 }
 
@@ -129,6 +133,10 @@ v1::EngineConfig EngineConfigToProto(const EngineConfig& e) {
     out.mutable_token_file()->set_path(e.token_file->path);
     out.mutable_token_file()->set_token_bytes(e.token_file->token_bytes);
   }
+  out.set_lr_schedule(e.lr_schedule);
+  out.set_decay_iterations(e.decay_iterations);
+  out.set_min_learning_rate(e.min_learning_rate);
+  out.set_grad_clip_norm(e.grad_clip_norm);
   return out;
 }
 

@@ -28,6 +28,8 @@ MAX_EXPERTS = 1024
 MAX_SEQ_LEN = 1 << 17
 MAX_GLOBAL_BATCH = 1 << 20
 MAX_TOKEN_FILE_PATH = 4096  # bytes (agent.proto TokenFile.path)
+MAX_DECAY_ITERATIONS = 1000000000  # EngineConfig::kMaxDecayIterations
+MAX_GRAD_CLIP_NORM = 1e6  # EngineConfig::kMaxGradClipNorm
 
 
 def _int_in(field: str, value: int, lo: int, hi: int) -> int:
@@ -174,6 +176,15 @@ class EngineConfig:
     data_seed: int = 1
     init_seed: int = 1
     token_file: Optional[TokenFile] = None  # None: the synthetic corpus
+    # After the warm-up: "constant" or "cosine" (a half-cosine from
+    # learning_rate at warmup_iterations to min_learning_rate at
+    # decay_iterations, then min_learning_rate); decay_iterations and
+    # min_learning_rate are the cosine's only (0 otherwise).
+    lr_schedule: str = "constant"
+    decay_iterations: int = 0
+    min_learning_rate: float = 0.0
+    # Clip the gradient to this global L2 norm (0 = off).
+    grad_clip_norm: float = 0.0
 
     @staticmethod
     def from_proto(e) -> "EngineConfig":
@@ -208,8 +219,58 @@ class EngineConfig:
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
             raise bad("weight_decay", self.weight_decay,
                       "a finite number >= 0")
+        # The schedule and clipping: the reference engine's checks and words
+        # (worker_agent/engine/engine.cc), its numbers as absl::StrCat
+        # writes them (%g).
+        cosine = self.lr_schedule == "cosine"
+        if not cosine and self.lr_schedule != "constant":
+            v = self.lr_schedule
+            raise BadRequest("engine.lr_schedule: must be \"constant\" or "
+                             f"\"cosine\", got \"{v[:64]}"
+                             + ("...\"" if len(v) > 64 else "\""))
+        if cosine:
+            if self.decay_iterations <= self.warmup_iterations:
+                raise bad("decay_iterations", self.decay_iterations,
+                          f"> warmup_iterations ({self.warmup_iterations}) "
+                          "with lr_schedule \"cosine\"")
+            if self.decay_iterations > MAX_DECAY_ITERATIONS:
+                raise bad("decay_iterations", self.decay_iterations,
+                          f"<= {MAX_DECAY_ITERATIONS}")
+            if not 0 <= self.min_learning_rate <= self.learning_rate:
+                raise bad("min_learning_rate", f"{self.min_learning_rate:g}",
+                          f"in [0, learning_rate ({self.learning_rate:g})]")
+        else:
+            if self.decay_iterations != 0:
+                raise bad("decay_iterations", self.decay_iterations,
+                          "0 (unset) unless lr_schedule is \"cosine\"")
+            if self.min_learning_rate != 0:
+                raise bad("min_learning_rate", f"{self.min_learning_rate:g}",
+                          "0 (unset) unless lr_schedule is \"cosine\"")
+        if not 0 <= self.grad_clip_norm <= MAX_GRAD_CLIP_NORM:
+            raise bad("grad_clip_norm", f"{self.grad_clip_norm:g}",
+                      "0 (off) or a finite number in (0, 1000000]")
         if self.token_file is not None:
             self.token_file.validate()
+
+    def learning_rate_at(self, step: int) -> float:
+        """The learning rate of optimizer step `step` (1-based), as the
+        reference engine's EngineConfig::LearningRateAt."""
+        w = self.warmup_iterations
+        if step < w or self.lr_schedule != "cosine":
+            return self.learning_rate * min(1.0, step / max(1, w))
+        if step >= self.decay_iterations:
+            return self.min_learning_rate
+        progress = (step - w) / (self.decay_iterations - w)
+        return self.min_learning_rate + 0.5 * (
+            self.learning_rate - self.min_learning_rate) * (
+                1.0 + math.cos(math.pi * progress))
+
+    def clip_scale(self, norm: float) -> float:
+        """The factor the gradient is scaled by at global L2 norm `norm`
+        (torch.nn.utils.clip_grad_norm_'s; 1 when clipping is off)."""
+        if self.grad_clip_norm <= 0:
+            return 1.0
+        return min(1.0, self.grad_clip_norm / (norm + 1e-6))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -190,6 +190,9 @@ class _Param:
     weight: torch.Tensor           # bf16 rounding of master
     adam_m: torch.Tensor
     adam_v: torch.Tensor
+    # The elements of the shard (canonical order, from its first) this rank
+    # counts in the gradient's global norm (_owned_elements).
+    owned: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
 
     def swap(self, t: torch.Tensor) -> torch.Tensor:
         """Engine layout <-> canonical: row-parallel weights are kept
@@ -204,6 +207,32 @@ class _Param:
 
     def parts(self) -> List[torch.Tensor]:
         return [self.weight, self.master.detach(), self.adam_m, self.adam_v]
+
+
+def _owned_elements(layout: Layout, me: int, tensor: int, begin: int,
+                    end: int) -> List[Tuple[int, int]]:
+    """The elements of canonical bytes [begin, end) of fp32 tensor `tensor`
+    (plan rank `me`'s holding) that no lower plan rank holds, as [b, e)
+    element offsets from `begin`: every canonical element of the model
+    belongs to exactly one rank, so the ranks' sums of squared gradients over
+    what they own add up to the whole model's, counted once, under every
+    plan. The reference engine owns by the same rule (OwnedElements)."""
+    lower = []
+    for g in range(me):
+        for h in layout.ranks[g].holdings:
+            if h.tensor == tensor:
+                b, e = max(h.begin, begin), min(h.end, end)
+                if b < e:
+                    lower.append((b, e))
+    lower.sort()
+    out, at = [], begin
+    for b, e in lower:
+        if b > at:
+            out.append((at, b))
+        at = max(at, e)
+    if at < end:
+        out.append((at, end))
+    return [((b - begin) // 4, (e - begin) // 4) for b, e in out]
 
 
 @dataclasses.dataclass
@@ -326,7 +355,9 @@ class Trainer:
                 canon = torch.zeros(cshape, dtype=torch.float32)
             p = _Param(name, ts.tp_split,
                        [id_of[f"{name}:{k}"] for k in st.PARAM_KINDS],
-                       h.begin, h.end, tuple(cshape), None, None, None, None)
+                       h.begin, h.end, tuple(cshape), None, None, None, None,
+                       _owned_elements(self.layout, self.me, h.tensor,
+                                       h.begin, h.end))
             p.master = p.swap(canon).contiguous().requires_grad_(True)
             p.weight = p.master.detach().to(torch.bfloat16)
             p.adam_m = torch.zeros_like(p.master.detach())
@@ -553,14 +584,35 @@ class Trainer:
                 p.master.grad = p.swap(c).contiguous()
 
     @torch.no_grad()
-    def _optimizer_step(self):
+    def _owned_gradient_squares(self) -> float:
+        """This rank's share of the squared global gradient norm: the sum of
+        squares of the synced gradient elements it owns (_Param.owned)."""
+        total = 0.0
+        for p in self.params:
+            if not p.owned:
+                continue
+            g = p.master.grad
+            if p.owned == [(0, (p.end - p.begin) // 4)]:
+                total += g.to(torch.float64).square().sum().item()
+                continue
+            c = p.swap(g).contiguous().reshape(-1).to(torch.float64)
+            for b, e in p.owned:
+                total += c.narrow(0, b, e - b).square().sum().item()
+        return total
+
+    @torch.no_grad()
+    def _optimizer_step(self, grad_scale: float = 1.0):
         c = self.job.engine
+        # The step counter is the migrated scalars' (SCALAR_STEP), so a
+        # switched run takes the same learning rates as an unswitched one.
         t = self.scalars[st.SCALAR_STEP] + 1
-        lr = c.learning_rate * min(1.0, t / max(1, c.warmup_iterations))
+        lr = c.learning_rate_at(t)
         bc1 = 1.0 - c.adam_beta1 ** t
         bc2 = 1.0 - c.adam_beta2 ** t
         for p in self.params:
             g = p.master.grad
+            if grad_scale != 1.0:
+                g = g * grad_scale
             p.adam_m.mul_(c.adam_beta1).add_(g, alpha=1.0 - c.adam_beta1)
             p.adam_v.mul_(c.adam_beta2).addcmul_(g, g, value=1.0 - c.adam_beta2)
             denom = (p.adam_v / bc2).sqrt_().add_(c.adam_eps)
@@ -668,18 +720,25 @@ class Trainer:
                 work.wait()
             sends.clear()
             self._sync_gradients()
-            # The global loss (every pipeline's last stage adds its share)
-            # and the agreement to stop here (any rank that was asked).
+            # The global loss (every pipeline's last stage adds its share),
+            # the agreement to stop here (any rank that was asked) and, when
+            # clipping, the squared global gradient norm (each rank's owned
+            # elements).
+            clip = self.job.engine.grad_clip_norm > 0
             loss = torch.tensor(
                 [loss_share if s == depth - 1 and role.tp_rank == 0 else 0.0,
-                 1.0 if stop_requested else 0.0], dtype=torch.float64)
+                 1.0 if stop_requested else 0.0,
+                 self._owned_gradient_squares() if clip else 0.0],
+                dtype=torch.float64)
             _all_reduce(self.world, loss)
         except RuntimeError as e:
             raise TrainingError(
                 f"plan rank {self.me} (template {ti} replica {r} stage {s} "
                 f"tp rank {role.tp_rank}): iteration {self.iteration + 1} "
                 f"failed: {_first_line(e)}") from e
-        self._optimizer_step()
+        self._optimizer_step(
+            self.job.engine.clip_scale(math.sqrt(loss[2].item()))
+            if clip else 1.0)
         self.scalars[st.SCALAR_STEP] += 1
         self.scalars[st.SCALAR_CURSOR] += self.job.training.global_batch
         return IterationResult(self.scalars[st.SCALAR_STEP], loss[0].item(),

@@ -56,6 +56,10 @@ class AgentProtoConvertTest : public ::testing::Test {
     a.job.engine.learning_rate = 1e-3;
     a.job.engine.warmup_iterations = 0;
     a.job.engine.data_seed = 7;
+    a.job.engine.lr_schedule = "cosine";
+    a.job.engine.decay_iterations = 100;
+    a.job.engine.min_learning_rate = 1e-5;
+    a.job.engine.grad_clip_norm = 1.5;
     a.cluster = cluster_;
     a.plan = plan_;
     a.old_cluster = old_cluster_;
@@ -126,6 +130,10 @@ TEST_F(AgentProtoConvertTest, PrepareArgsRoundTrip) {
   EXPECT_EQ(back->job.engine.warmup_iterations, 0);
   EXPECT_EQ(back->job.engine.data_seed, 7u);
   EXPECT_EQ(back->job.engine.adam_beta2, EngineConfig{}.adam_beta2);
+  EXPECT_EQ(back->job.engine.lr_schedule, "cosine");
+  EXPECT_EQ(back->job.engine.decay_iterations, 100);
+  EXPECT_EQ(back->job.engine.min_learning_rate, 1e-5);
+  EXPECT_EQ(back->job.engine.grad_clip_norm, 1.5);
   ASSERT_EQ(back->cluster.num_nodes(), 2);
   EXPECT_EQ(back->cluster.node(1).name, "n1");
   ExpectSamePlan(back->plan, args.plan);
@@ -193,6 +201,23 @@ TEST_F(AgentProtoConvertTest, BadTrainingIsNamed) {
   v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
   r.mutable_training()->set_precision("fp8");
   EXPECT_THAT(Error(r), HasSubstr("training.precision"));
+}
+
+// The schedule's and clipping's fields left out read as the defaults
+// (constant, off). (Their checks are EngineConfig::Validate's, which the
+// engines and the controller's job file reader run.)
+TEST_F(AgentProtoConvertTest, ScheduleAndClippingLeftOutAreTheDefaults) {
+  v1::PrepareRequest r = PrepareRequestFromArgs(Args(), catalog_);
+  r.mutable_engine()->clear_lr_schedule();
+  r.mutable_engine()->clear_decay_iterations();
+  r.mutable_engine()->clear_min_learning_rate();
+  r.mutable_engine()->clear_grad_clip_norm();
+  absl::StatusOr<PrepareArgs> back = Read(r);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->job.engine.lr_schedule, "constant");
+  EXPECT_EQ(back->job.engine.decay_iterations, 0);
+  EXPECT_EQ(back->job.engine.min_learning_rate, 0);
+  EXPECT_EQ(back->job.engine.grad_clip_norm, 0);
 }
 
 TEST_F(AgentProtoConvertTest, ClusterAndPlanAreRequired) {

@@ -1,6 +1,8 @@
 // EngineConfig's check, apart from the LibTorch engine: the controller's
 // job file reader (and its fuzz target) use it without linking LibTorch.
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +34,48 @@ absl::Status EngineConfig::Validate() const {
   if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) {
     return bad("weight_decay", weight_decay, "a finite number >= 0");
   }
+  // The schedule and clipping: the same checks and words as arachne_torch's
+  // (python/arachne_torch/job.py). Iteration counts as integers (a double
+  // would print 1000000001 as 1e+09).
+  auto bad_count = [](absl::string_view field, int v, absl::string_view want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine.", field, ": must be ", want, ", got ", v));
+  };
+  const bool cosine = lr_schedule == "cosine";
+  if (!cosine && lr_schedule != "constant") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine.lr_schedule: must be \"constant\" or \"cosine\", got \"",
+        lr_schedule.substr(0, 64), lr_schedule.size() > 64 ? "...\"" : "\""));
+  }
+  if (cosine) {
+    if (decay_iterations <= warmup_iterations) {
+      return bad_count("decay_iterations", decay_iterations,
+                       absl::StrCat("> warmup_iterations (",
+                                    warmup_iterations,
+                                    ") with lr_schedule \"cosine\""));
+    }
+    if (decay_iterations > kMaxDecayIterations) {
+      return bad_count("decay_iterations", decay_iterations,
+                       absl::StrCat("<= ", kMaxDecayIterations));
+    }
+    if (!(min_learning_rate >= 0 && min_learning_rate <= learning_rate)) {
+      return bad("min_learning_rate", min_learning_rate,
+                 absl::StrCat("in [0, learning_rate (", learning_rate, ")]"));
+    }
+  } else {
+    if (decay_iterations != 0) {
+      return bad_count("decay_iterations", decay_iterations,
+                       "0 (unset) unless lr_schedule is \"cosine\"");
+    }
+    if (min_learning_rate != 0) {
+      return bad("min_learning_rate", min_learning_rate,
+                 "0 (unset) unless lr_schedule is \"cosine\"");
+    }
+  }
+  if (!(grad_clip_norm >= 0 && grad_clip_norm <= kMaxGradClipNorm)) {
+    return bad("grad_clip_norm", grad_clip_norm,
+               "0 (off) or a finite number in (0, 1000000]");
+  }
   if (token_file.has_value()) {
     // The same checks and words as arachne_torch's (python/arachne_torch/
     // job.py), so either side refuses a bad file field the same way.
@@ -60,6 +104,23 @@ absl::Status EngineConfig::Validate() const {
     }
   }
   return absl::OkStatus();
+}
+
+double EngineConfig::LearningRateAt(int64_t step) const {
+  const double t = static_cast<double>(step);
+  if (t < warmup_iterations || lr_schedule != "cosine") {
+    return learning_rate * std::min(1.0, t / std::max(1, warmup_iterations));
+  }
+  if (t >= decay_iterations) return min_learning_rate;
+  const double progress = (t - warmup_iterations) /
+                          static_cast<double>(decay_iterations - warmup_iterations);
+  return min_learning_rate + 0.5 * (learning_rate - min_learning_rate) *
+                                 (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+double EngineConfig::ClipScale(double norm) const {
+  if (grad_clip_norm <= 0) return 1.0;
+  return std::min(1.0, grad_clip_norm / (norm + 1e-6));
 }
 
 }  // namespace arachne::agent

@@ -25,7 +25,7 @@ namespace arachne::agent {
 // iteration's mathematics does not depend on the plan).
 struct EngineConfig {
   double learning_rate = 1e-3;
-  int warmup_iterations = 4;  // linear warm-up, then constant
+  int warmup_iterations = 4;  // linear warm-up, then lr_schedule
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.95;
   // 1e-6, not the usual 1e-8: Adam's first steps move every weight by about
@@ -46,7 +46,27 @@ struct EngineConfig {
   };
   std::optional<TokenFile> token_file;
   static constexpr int kMaxTokenFilePath = 4096;
+  // After the warm-up: "constant" (learning_rate) or "cosine" (a half-cosine
+  // from learning_rate at warmup_iterations to min_learning_rate at
+  // decay_iterations, min_learning_rate after). decay_iterations and
+  // min_learning_rate are the cosine's only (0 otherwise).
+  std::string lr_schedule = "constant";
+  int decay_iterations = 0;  // cosine: in (warmup_iterations, kMaxDecay]
+  double min_learning_rate = 0.0;  // cosine: in [0, learning_rate]
+  static constexpr int kMaxDecayIterations = 1000000000;
+  // Clip the gradient to this global L2 norm (0 = off; else in
+  // (0, kMaxGradClipNorm]), scaling it by min(1, max / (norm + 1e-6)) as
+  // torch.nn.utils.clip_grad_norm_ does.
+  double grad_clip_norm = 0.0;
+  static constexpr double kMaxGradClipNorm = 1e6;
   absl::Status Validate() const;  // InvalidArgument naming the field
+  // The learning rate of optimizer step `step` (1-based: the step the
+  // iteration after `step - 1` done ones takes). Both engines compute it so
+  // (python/arachne_torch/job.py, learning_rate_at).
+  double LearningRateAt(int64_t step) const;
+  // The factor the gradient is scaled by when its global L2 norm is `norm`
+  // (1 when clipping is off or the norm is within grad_clip_norm).
+  double ClipScale(double norm) const;
 };
 
 // What a job trains.

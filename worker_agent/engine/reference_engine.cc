@@ -224,11 +224,51 @@ struct Param {
   TpSplit split = TpSplit::kReplicated;
   int ids[4] = {-1, -1, -1, -1};  // tensor ids: weight, master, adam_m, adam_v
   ByteRange master_range;         // canonical bytes of the master shard
+  // The elements of the shard (canonical order, from its first) this rank
+  // counts in the gradient's global norm: [begin, end) pairs, those no lower
+  // plan rank holds (OwnedElements).
+  std::vector<std::pair<int64_t, int64_t>> owned;
   std::vector<int64_t> canonical_shape;  // of this shard, canonical order
   torch::Tensor master;  // engine layout, requires_grad
   torch::Tensor weight;  // bf16 rounding of master
   torch::Tensor adam_m, adam_v;
 };
+
+// The elements of `range` (canonical bytes of fp32 tensor `tensor` that
+// plan rank `me` holds) that no lower plan rank holds, as [begin, end)
+// element offsets from the range's first: every canonical element of the
+// model belongs to exactly one rank, so the ranks' sums of squared
+// gradients over what they own add up to the whole model's, counted once,
+// under every plan (TP-replicated tensors on TP rank 0 or its first holder,
+// DP replicas and EDP copies once). python/arachne_torch/trainer.py owns
+// by the same rule.
+std::vector<std::pair<int64_t, int64_t>> OwnedElements(
+    const migration::PlanLayout& layout, int me, int tensor, ByteRange range) {
+  std::vector<ByteRange> lower;
+  for (int g = 0; g < me; ++g) {
+    for (const Holding& h : layout.holdings(g)) {
+      if (h.tensor != tensor) continue;
+      const ByteRange r = migration::Intersect(h.range, range);
+      if (!r.empty()) lower.push_back(r);
+    }
+  }
+  std::sort(lower.begin(), lower.end(),
+            [](const ByteRange& a, const ByteRange& b) {
+              return a.begin < b.begin;
+            });
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t at = range.begin;
+  for (const ByteRange& r : lower) {
+    if (r.begin > at) out.push_back({at, r.begin});
+    at = std::max(at, r.end);
+  }
+  if (at < range.end) out.push_back({at, range.end});
+  for (auto& [b, e] : out) {
+    b = (b - range.begin) / 4;
+    e = (e - range.begin) / 4;
+  }
+  return out;
+}
 
 // Engine layout <-> canonical, either way: row-parallel weights are stored
 // transposed, so the conversion is its own inverse. A view; callers copy.
@@ -353,7 +393,11 @@ class ReferenceEngine : public Engine {
   torch::Tensor HeadLoss(const torch::Tensor& h, const torch::Tensor& targets);
   torch::Tensor Tokens(int64_t first_sample, bool targets);
   void SyncGradients();
-  void OptimizerStep();
+  // This rank's share of the squared global gradient norm: the sum of
+  // squares of the synced gradient elements it owns (Param::owned).
+  double OwnedGradientSquares();
+  // One AdamW step on the gradients scaled by `grad_scale` (clipping).
+  void OptimizerStep(double grad_scale);
 
   JobSpec job_;
   Plan plan_;
@@ -528,6 +572,7 @@ void ReferenceEngine::CreateParams(bool initialize) {
           absl::StrCat(p.name, ":", migration::StateKindName(k)));
     }
     p.master_range = h.range;
+    p.owned = OwnedElements(layout_, me_, h.tensor, h.range);
     // The canonical shape of the shard: split dimension outermost.
     std::vector<int64_t> cshape = ts.shape;
     if (ts.split == TpSplit::kRow) std::swap(cshape[0], cshape[1]);
@@ -756,17 +801,37 @@ void ReferenceEngine::SyncGradients() {
   }
 }
 
-void ReferenceEngine::OptimizerStep() {
+double ReferenceEngine::OwnedGradientSquares() {
+  torch::NoGradGuard no_grad;
+  double sum = 0;
+  for (const Param& p : params_) {
+    if (p.owned.empty()) continue;
+    const torch::Tensor g = p.master.grad();
+    if (p.owned.size() == 1 && p.owned[0].first == 0 &&
+        p.owned[0].second == p.master_range.size() / 4) {
+      sum += g.to(torch::kFloat64).square().sum().item<double>();
+      continue;
+    }
+    const torch::Tensor c = ToCanonical(p, g).reshape(-1).to(torch::kFloat64);
+    for (const auto& [b, e] : p.owned) {
+      sum += c.narrow(0, b, e - b).square().sum().item<double>();
+    }
+  }
+  return sum;
+}
+
+void ReferenceEngine::OptimizerStep(double grad_scale) {
   torch::NoGradGuard no_grad;
   const EngineConfig& c = job_.engine;
+  // The step counter is the migrated scalars' (kScalarStep), so a switched
+  // run takes the same learning rates as an unswitched one.
   const int64_t t = scalars_[kScalarStep] + 1;
-  const double lr =
-      c.learning_rate *
-      std::min(1.0, double(t) / std::max(1, c.warmup_iterations));
+  const double lr = c.LearningRateAt(t);
   const double bc1 = 1.0 - std::pow(c.adam_beta1, double(t));
   const double bc2 = 1.0 - std::pow(c.adam_beta2, double(t));
   for (Param& p : params_) {
     torch::Tensor g = p.master.grad();
+    if (grad_scale != 1.0) g = g * grad_scale;
     p.adam_m.mul_(c.adam_beta1).add_(g, 1.0 - c.adam_beta1);
     p.adam_v.mul_(c.adam_beta2).addcmul_(g, g, 1.0 - c.adam_beta2);
     torch::Tensor denom = (p.adam_v / bc2).sqrt_().add_(c.adam_eps);
@@ -876,14 +941,18 @@ absl::StatusOr<IterationResult> ReferenceEngine::RunIteration(
     for (auto& [tensor, work] : sends) work->wait();
     sends.clear();
     SyncGradients();
-    // The global loss (every pipeline's last stage adds its share) and the
-    // agreement to stop here (any rank that was asked).
+    // The global loss (every pipeline's last stage adds its share), the
+    // agreement to stop here (any rank that was asked) and, when clipping,
+    // the squared global gradient norm (each rank's owned elements).
+    const bool clip = job_.engine.grad_clip_norm > 0;
     torch::Tensor loss = torch::tensor(
         {s == depth - 1 && role_.tp_rank == 0 ? loss_share : 0.0,
-         control.stop_requested ? 1.0 : 0.0},
+         control.stop_requested ? 1.0 : 0.0,
+         clip ? OwnedGradientSquares() : 0.0},
         torch::kFloat64);
     AllReduce(world_.get(), loss);
-    OptimizerStep();
+    OptimizerStep(
+        clip ? job_.engine.ClipScale(std::sqrt(loss[2].item<double>())) : 1.0);
     scalars_[kScalarStep] += 1;
     scalars_[kScalarCursor] += job_.training.global_batch;
     IterationResult res;
