@@ -296,6 +296,7 @@ absl::Status Churn(const std::string& dir, int events, double seconds,
                          std::chrono::seconds(2));
         v1::HeartbeatRequest r;
         r.set_node(absl::StrCat("p", i));
+        r.set_incarnation(absl::StrCat("bench-p", i));
         v1::HeartbeatResponse a;
         grpc::Status s = controller.stub().Heartbeat(&ctx, r, &a);
         if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
@@ -340,6 +341,7 @@ absl::Status Churn(const std::string& dir, int events, double seconds,
       r.set_gpu_type("A6000");
       r.set_gpus(kPoolGpus);
       r.set_address(pool[i]->address());
+      r.set_incarnation(absl::StrCat("bench-p", i));
       v1::RegisterResponse a;
       s = controller.stub().Register(&ctx, r, &a);
       if (s.ok()) {

@@ -124,9 +124,39 @@ std::vector<NodeMemoryRecord> PlannedMemory(const Plan& plan,
 
 // ---- EventLog ----
 
+absl::Status EventLog::Restore(StateStore* store) {
+  absl::StatusOr<std::vector<StateStore::StoredEvent>> stored =
+      store->RecentEvents(static_cast<int64_t>(capacity_));
+  if (!stored.ok()) return stored.status();
+  absl::MutexLock lock(&mu_);
+  CHECK(events_.empty() && next_ == 1) << "EventLog::Restore after Add";
+  for (const StateStore::StoredEvent& e : *stored) {
+    v1::Event event;
+    if (!event.ParseFromString(e.event) || event.sequence() != e.sequence) {
+      return absl::DataLossError(absl::StrCat(
+          store->path(), ": event ", e.sequence, " is not an arachne.v1.Event"));
+    }
+    events_.push_back(std::move(event));
+    next_ = e.sequence + 1;
+  }
+  store_ = store;
+  return absl::OkStatus();
+}
+
 void EventLog::Add(v1::Event event) {
   absl::MutexLock lock(&mu_);
   event.set_sequence(next_++);
+  if (store_ != nullptr) {
+    // Written before any watcher sees it. Should the write fail, the event
+    // is still served live; a restart then numbers on from the last stored.
+    if (absl::Status s = store_->AppendEvent(
+            event.sequence(), event.SerializeAsString(),
+            static_cast<int64_t>(capacity_));
+        !s.ok()) {
+      LOG_EVERY_N(ERROR, 100) << "event " << event.sequence()
+                              << " not persisted: " << s;
+    }
+  }
   events_.push_back(std::move(event));
   while (events_.size() > capacity_) events_.pop_front();
 }
@@ -200,10 +230,19 @@ absl::StatusOr<std::unique_ptr<JobController>> JobController::Create(
   if (!store.ok()) return store.status();
   absl::StatusOr<std::string> id = (*store)->ControllerId();
   if (!id.ok()) return id.status();
+  // A poll waits less than a lease for an agent's answer: a stopped agent
+  // is then a leave before it could hold a poll round up much longer.
+  if (!config.agent_networks.has_value()) {
+    config.agent_networks = AgentNetworks::Default();
+  }
+  config.agent_client.status_timeout = std::min(
+      config.agent_client.status_timeout, config.job.membership.lease / 2);
   std::unique_ptr<JobController> c(
       new JobController(std::move(config), std::move(catalog),
                         std::move(planner), clock, *std::move(store)));
   c->controller_id_ = *id;
+  // Before anything emits: events go on from the stored ones.
+  if (absl::Status s = c->events_.Restore(c->store_.get()); !s.ok()) return s;
   // A generation is fitted on after 3 measured iterations (fewer when the
   // window is shorter): one iteration's median is one noisy sample.
   c->calibration_ = std::make_unique<OnlineCalibration>(
@@ -303,9 +342,26 @@ absl::Status JobController::Recover() {
   if (stored->in_progress) {
     attempted = std::max(attempted, stored->in_progress->generation);
   }
+  // The last switch as GetStatus showed it before the restart, and its
+  // error while no later generation has committed.
+  v1::SwitchTimings last_switch;
+  if (!switches->empty()) {
+    const SwitchRecord& last = switches->back();
+    if (!google::protobuf::util::JsonStringToMessage(last.timings_json,
+                                                     &last_switch)
+             .ok()) {
+      return absl::DataLossError(absl::StrCat(
+          store_->path(), ": the timings of the switch to generation ",
+          last.generation, " are not SwitchTimings JSON"));
+    }
+  }
   {
     absl::MutexLock lock(&mu_);
     last_attempted_ = attempted;
+    last_switch_ = last_switch;
+    if (!switches->empty() && switches->back().outcome != "committed") {
+      error_ = switches->back().outcome;
+    }
   }
   if (absl::Status s = RestoreMeasurements(); !s.ok()) return s;
   if (stored->current.generation > 0) {
@@ -458,6 +514,10 @@ absl::StatusOr<v1::RegisterResponse> JobController::Register(
   }
   spec.gpus = r.gpus();
   spec.address = r.address();
+  if (!r.incarnation().empty()) {
+    if (absl::Status s = CheckIncarnation(r.incarnation()); !s.ok()) return s;
+  }
+  spec.incarnation = r.incarnation();
   if (spec.address.size() > kMaxAddressBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("address: must be host:port of at most ", kMaxAddressBytes,
@@ -470,6 +530,12 @@ absl::StatusOr<v1::RegisterResponse> JobController::Register(
   if (r.gpus() > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("gpus: must be in 1..64, got ", r.gpus()));
+  }
+  if (!spec.address.empty()) {
+    // Before anything dials it.
+    if (absl::Status s = config_.agent_networks->Check(spec.address); !s.ok()) {
+      return s;
+    }
   }
   if (!spec.node.empty() && !spec.gpu_type.empty() && spec.gpus >= 1 &&
       !spec.address.empty()) {
@@ -493,6 +559,7 @@ absl::Status JobController::CheckAgent(const MemberSpec& spec) {
   agent::AgentClientConfig c = config_.agent_client;
   c.address = spec.address;
   c.call_timeout = config_.register_check_timeout;
+  c.status_timeout = config_.register_check_timeout;
   absl::StatusOr<std::unique_ptr<agent::AgentClient>> client =
       agent::AgentClient::Connect(c);
   if (!client.ok()) {
@@ -533,6 +600,7 @@ bool JobController::AgentAnswers(const std::string& node) {
   agent::AgentClientConfig c = config_.agent_client;
   c.address = m->spec.address;
   c.call_timeout = config_.register_check_timeout;
+  c.status_timeout = config_.register_check_timeout;
   absl::StatusOr<std::unique_ptr<agent::AgentClient>> client =
       agent::AgentClient::Connect(c);
   return client.ok() && (*client)->StatusMessage(0).ok();
@@ -555,7 +623,14 @@ absl::StatusOr<v1::HeartbeatResponse> JobController::Heartbeat(
     return absl::InvalidArgumentError("node: required, got none");
   }
   if (absl::Status s = CheckNodeName("node", r.node()); !s.ok()) return s;
-  if (absl::Status s = membership_.Heartbeat(r.node()); !s.ok()) return s;
+  if (r.incarnation().empty()) {
+    return absl::InvalidArgumentError("incarnation: required, got none");
+  }
+  if (absl::Status s = CheckIncarnation(r.incarnation()); !s.ok()) return s;
+  if (absl::Status s = membership_.Heartbeat(r.node(), r.incarnation());
+      !s.ok()) {
+    return s;
+  }
   v1::HeartbeatResponse out;
   out.set_lease_s(absl::ToDoubleSeconds(config_.job.membership.lease));
   return out;
@@ -631,6 +706,8 @@ absl::StatusOr<v1::GetStatusResponse> JobController::GetStatus() {
     pm->set_address(m.spec.address);
     pm->set_draining(m.draining);
     pm->set_lease_left_s(absl::ToDoubleSeconds(m.lease_expiry - now));
+    pm->set_incarnation(m.spec.incarnation);
+    pm->set_since_unix_s(UnixSeconds(m.since));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -1360,7 +1437,8 @@ SwitchOutcome JobController::RunSwitch(
     phase_ = "running";
     last_switch_ = timings;
     for (const std::string& node : release_on_commit) membership_.Remove(node);
-    if (!out.status.ok()) error_ = std::string(out.status.message());
+    // A committed generation ends whatever went wrong before it.
+    error_ = out.status.ok() ? "" : std::string(out.status.message());
   } else {
     (void)store_->ClearSwitch();
     absl::MutexLock lock(&mu_);
@@ -1401,7 +1479,15 @@ void JobController::RecordDecision(const Decision& d, int64_t generation) {
 }
 
 void JobController::PollAgents() {
-  std::vector<std::string> nodes;
+  if (poll_.has_value()) {
+    if (poll_->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      return;  // an agent has not answered yet: nothing waits for it
+    }
+    const std::vector<PolledNode> polled = poll_->get();
+    poll_.reset();
+    ReadPoll(poll_generation_, polled);
+  }
+  std::vector<std::pair<std::string, agent::AgentClient*>> clients;
   int64_t generation;
   {
     absl::MutexLock lock(&mu_);
@@ -1410,16 +1496,50 @@ void JobController::PollAgents() {
     if (now - last_poll_ < config_.status_poll) return;
     last_poll_ = now;
     generation = generation_;
-    for (const Node& n : cluster_.nodes()) nodes.push_back(n.name);
+    for (const Node& n : cluster_.nodes()) clients.emplace_back(n.name, nullptr);
+  }
+  // Clients live as long as the controller (a replaced one is retired, not
+  // destroyed), so the round may use them after this returns.
+  for (auto& [node, client] : clients) client = AgentFor(node);
+  poll_generation_ = generation;
+  poll_ = std::async(std::launch::async, [clients, generation]() {
+    std::vector<PolledNode> polled(clients.size());
+    for (size_t i = 0; i < clients.size(); ++i) polled[i].node = clients[i].first;
+    // At most kPollThreads calls at once, each worker taking the next node:
+    // an agent that does not answer holds one worker for its deadline, not
+    // the round's other nodes, and a thousand nodes cost no thousand threads.
+    constexpr size_t kPollThreads = 32;
+    std::atomic<size_t> next{0};
+    auto work = [&]() {
+      for (size_t i = next++; i < clients.size(); i = next++) {
+        polled[i].status = clients[i].second == nullptr
+                               ? absl::UnavailableError("not a member")
+                               : clients[i].second->Status(generation);
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < std::min(kPollThreads, clients.size()); ++t) {
+      threads.emplace_back(work);
+    }
+    for (std::thread& t : threads) t.join();
+    return polled;
+  });
+}
+
+void JobController::ReadPoll(int64_t generation,
+                             const std::vector<PolledNode>& polled) {
+  {
+    // Answers to a round of an older generation describe another plan.
+    absl::MutexLock lock(&mu_);
+    if (generation != generation_) return;
   }
   int64_t iteration = -1;
   double loss = 0, tokens = 0;
   std::string rank_error;
   std::vector<NodeReport> reports;
-  for (const std::string& node : nodes) {
-    agent::AgentClient* c = AgentFor(node);
-    if (c == nullptr) continue;
-    absl::StatusOr<agent::NodeStatus> st = c->Status(generation);
+  for (const PolledNode& p : polled) {
+    const std::string& node = p.node;
+    const absl::StatusOr<agent::NodeStatus>& st = p.status;
     if (!st.ok()) continue;  // its lease tells whether it is gone
     // An agent still on another generation (it has not committed this one
     // yet) reports the other plan's iterations.

@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,6 +70,9 @@ struct JobControllerConfig {
   // Register asks the agent at the registered address for its GPUs with
   // this deadline.
   absl::Duration register_check_timeout = absl::Seconds(3);
+  // Where Register may point the controller at agents; none:
+  // AgentNetworks::Default().
+  std::optional<AgentNetworks> agent_networks;
   // The profiles the corrected predictions are priced on ("" = built in):
   // the embedded planner's.
   std::string profiles_dir;
@@ -95,9 +99,16 @@ inline constexpr size_t kMaxAddressBytes = 512;
 inline constexpr size_t kStatusBudgetBytes = size_t{3} << 20;
 
 // The recent events kept for WatchEvents, with a sequence number each.
+// With a store, every event is written there before a watcher can see it,
+// and a restarted controller goes on from the stored ones: a watcher
+// resuming with the last sequence it saw misses nothing and gets nothing
+// twice (docs/controller.md, "Persistence").
 class EventLog {
  public:
   explicit EventLog(size_t capacity = 4096) : capacity_(capacity) {}
+  // Reads back the newest `capacity` events `store` kept, numbers the next
+  // event after them and keeps every later one there. Before any Add.
+  absl::Status Restore(StateStore* store);
   void Add(v1::Event event);
   // The events after sequence `after`, waiting up to `wait` for the first.
   std::vector<v1::Event> After(int64_t after, absl::Duration wait) const;
@@ -107,6 +118,7 @@ class EventLog {
   mutable absl::Mutex mu_;
   std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);
   int64_t next_ ABSL_GUARDED_BY(mu_) = 1;
+  StateStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 class JobController {
@@ -151,7 +163,17 @@ class JobController {
   void ReconcileOnce();
   void StartFirstPlan(const std::string& trigger);
   void Replan(const std::string& trigger);
+  // Polls the agents of the current plan without waiting on any: a round
+  // of Status calls (in parallel, each with less than a lease, see
+  // AgentClientConfig::status_timeout) runs in the background, and its
+  // answers are read by a later tick. So a stopped agent delays neither
+  // the leases' expiry nor any decision (docs/controller.md).
   void PollAgents();
+  struct PolledNode {
+    std::string node;
+    absl::StatusOr<agent::NodeStatus> status;
+  };
+  void ReadPoll(int64_t generation, const std::vector<PolledNode>& polled);
   // The estimated makespan of moving the state of `current_plan` to the
   // planner's new plan placed on the cluster of `members` (sorted by node,
   // as the switch's cluster is), every member's GPUs a holder;
@@ -287,6 +309,11 @@ class JobController {
   bool fit_due_ ABSL_GUARDED_BY(mu_) = false;  // a milestone was reached
   absl::Time last_fit_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time last_record_save_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+
+  // The poll round in flight and the generation it was started for
+  // (touched by the reconcile thread only).
+  std::optional<std::future<std::vector<PolledNode>>> poll_;
+  int64_t poll_generation_ = 0;
 
   std::atomic<bool> stop_{false};
   std::thread loop_;

@@ -1,14 +1,22 @@
 #include "controller/controller_config.h"
 
 #include <cmath>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "glog/logging.h"
 #include "planner_service/io/config_file.h"
+#include "planner_service/io/input_bounds.h"
+#include "planner_service/io/json_yaml.h"
 #include "planner_service/api/planner_handler_impl.h"
 #include "planner_service/api/proto_convert.h"
 #include "worker_agent/agent_proto_convert.h"
@@ -394,6 +402,36 @@ absl::StatusOr<ControllerSettings> ResolveControllerConfig(
     }
     s.grace = absl::Seconds(c.grace_s());
   }
+  if (!c.node_tokens_file().empty()) {
+    absl::StatusOr<std::map<std::string, std::string>> tokens =
+        ReadNodeTokensFile(c.node_tokens_file(), name("node_tokens_file"));
+    if (!tokens.ok()) return tokens.status();
+    s.node_auth.node_tokens = *std::move(tokens);
+  }
+  if (c.has_agent_identity()) {
+    using CertName = NodeAuthConfig::CertName;
+    if (c.agent_identity() == "cn") {
+      s.node_auth.cert_name = CertName::kCommonName;
+    } else if (c.agent_identity() == "san") {
+      s.node_auth.cert_name = CertName::kSubjectAltName;
+    } else if (c.agent_identity() != "none") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name("agent_identity"), ": must be cn, san or none, got ",
+          QuoteForMessage(c.agent_identity())));
+    }
+    if (s.node_auth.cert_name != CertName::kNone &&
+        s.tls.client_ca_file.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name("agent_identity"), ": ", c.agent_identity(),
+          " needs mutual TLS: ", name("tls_client_ca"), " is required with it"));
+    }
+  }
+  if (c.has_agent_networks()) {
+    absl::StatusOr<AgentNetworks> networks =
+        AgentNetworks::Parse(c.agent_networks(), name("agent_networks"));
+    if (!networks.ok()) return networks.status();
+    s.agent_networks = *std::move(networks);
+  }
   if (!c.failpoint().empty()) {
     absl::StatusOr<SwitchHold> hold = ParseSwitchHold(c.failpoint());
     if (!hold.ok()) {
@@ -403,6 +441,48 @@ absl::StatusOr<ControllerSettings> ResolveControllerConfig(
     s.hold = *hold;
   }
   return s;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ReadNodeTokensFile(
+    const std::string& path, absl::string_view field) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(field, ": cannot read \"", path, "\""));
+  }
+  std::map<std::string, std::string> tokens;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", path, " line ", number, ": ", why));
+    };
+    const absl::string_view text =
+        absl::StripAsciiWhitespace(absl::string_view(line).substr(0, line.find('#')));
+    if (text.empty()) continue;
+    const std::vector<absl::string_view> words =
+        absl::StrSplit(text, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (words.size() != 2) {
+      return bad(absl::StrCat("must be \"<node> <token>\", got ", words.size(),
+                              words.size() == 1 ? " word" : " words"));
+    }
+    if (absl::Status s = CheckNodeName("node", words[0]); !s.ok()) {
+      return bad(s.message());
+    }
+    if (words[1].size() > kMaxTokenBytes) {
+      return bad(absl::StrCat("the token is ", words[1].size(),
+                              " bytes, at most ", kMaxTokenBytes));
+    }
+    if (static_cast<int>(tokens.size()) == kMaxNodeTokens) {
+      return bad(absl::StrCat("more than ", kMaxNodeTokens, " nodes"));
+    }
+    if (!tokens.emplace(std::string(words[0]), std::string(words[1])).second) {
+      return bad(absl::StrCat("a second token for node \"", words[0], "\""));
+    }
+  }
+  if (in.bad()) {
+    return absl::NotFoundError(absl::StrCat(field, ": cannot read \"", path, "\""));
+  }
+  return tokens;
 }
 
 ControllerFlags::ControllerFlags(CLI::App& app) {
@@ -430,6 +510,9 @@ ControllerFlags::ControllerFlags(CLI::App& app) {
            Flag{"--agent-token-file", &agent_token_file_, "file holding the bearer token the agents require"},
            Flag{"--store-host", &store_host_, "address the job's TCPStore listens on; default 127.0.0.1"},
            Flag{"--profiles-dir", &profiles_dir_, "directory of gpus.yaml and models.yaml (default: built-in data)"},
+           Flag{"--agent-networks", &agent_networks_, "CIDR blocks (comma-separated) agent addresses must be in; default: loopback and this machine's networks"},
+           Flag{"--node-tokens-file", &node_tokens_file_, "file of '<node> <token>' lines: those nodes must register and heartbeat with their own token"},
+           Flag{"--agent-identity", &agent_identity_, "with mutual TLS: cn or san, the client certificate name that must be the registering node's; default none"},
            Flag{"--failpoint", &failpoint_, "fault injection for tests: hold-before-<phase>:<seconds> waits there in every switch"},
        }) {
     // "--state-dir" sets the field state_dir.

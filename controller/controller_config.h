@@ -13,6 +13,8 @@
 #define ARACHNE_CONTROLLER_CONTROLLER_CONFIG_H_
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "arachne/v1/controller.pb.h"
+#include "controller/agent_networks.h"
 #include "controller/membership.h"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
@@ -91,6 +94,28 @@ absl::StatusOr<JobSettings> LoadJobFile(const std::string& path,
                                         const GpuCatalog& catalog,
                                         const std::vector<ModelSpec>& models);
 
+// Who may speak for a node in Register and Heartbeat (docs/controller.md,
+// "Agent identity").
+struct NodeAuthConfig {
+  // --node-tokens-file: a node listed here must send its own token; the
+  // shared token does not speak for it.
+  std::map<std::string, std::string> node_tokens;
+  // --agent-identity: with mutual TLS, the client certificate's name that
+  // must be the node's.
+  enum class CertName { kNone, kCommonName, kSubjectAltName };
+  CertName cert_name = CertName::kNone;
+};
+// At most this many nodes in --node-tokens-file, a token at most this long.
+inline constexpr int kMaxNodeTokens = 100000;
+inline constexpr size_t kMaxTokenBytes = 4096;
+
+// Reads --node-tokens-file: "<node> <token>" per line, '#' comments and
+// blank lines skipped. InvalidArgument naming `field`, the line and what is
+// wrong (not a node name, no token, a second token for a node, too many);
+// NotFound when the file cannot be read.
+absl::StatusOr<std::map<std::string, std::string>> ReadNodeTokensFile(
+    const std::string& path, absl::string_view field);
+
 struct ControllerSettings {
   std::string listen = "127.0.0.1:0";
   std::string port_file;
@@ -104,6 +129,9 @@ struct ControllerSettings {
   std::string profiles_dir;
   absl::Duration grace = absl::Seconds(5);
   SwitchHold hold;  // --failpoint
+  // --agent-networks; none: AgentNetworks::Default().
+  std::optional<AgentNetworks> agent_networks;
+  NodeAuthConfig node_auth;  // --node-tokens-file, --agent-identity
 };
 
 // `file` (from `file_source`) with the fields set in `flags` replacing its
@@ -123,7 +151,7 @@ class ControllerFlags {
   std::string listen_, port_file_, state_dir_, job_, tls_cert_, tls_key_,
       tls_client_ca_, token_file_, agent_tls_ca_, agent_tls_cert_,
       agent_tls_key_, agent_token_file_, store_host_, profiles_dir_,
-      failpoint_;
+      failpoint_, agent_networks_, node_tokens_file_, agent_identity_;
   double grace_s_ = 5;
   struct StringFlag {
     CLI::Option* option;

@@ -1,12 +1,16 @@
 #include "controller/controller_service.h"
 
+#include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "glog/logging.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "planner_service/io/input_bounds.h"
+#include "planner_service/io/json_yaml.h"
 #include "rpc/grpc_status.h"
 #include "rpc/server.h"
 
@@ -74,20 +78,26 @@ grpc::Status RunRaw(grpc::ServerContext* context, const std::string& token,
 }  // namespace
 
 ControllerService::ControllerService(JobController* controller,
-                                     std::string bearer_token)
-    : controller_(controller), bearer_token_(std::move(bearer_token)) {
+                                     std::string bearer_token,
+                                     NodeAuthConfig node_auth)
+    : controller_(controller),
+      bearer_token_(std::move(bearer_token)),
+      node_auth_(std::move(node_auth)) {
   CHECK(controller_ != nullptr);
   ServeRaw("Register", [this](grpc::ServerContext* c, RawStream* s) {
+    // Authenticated once the request names its node (AuthorizeNode).
     return RunRaw<v1::RegisterRequest, v1::RegisterResponse>(
-        c, bearer_token_, "Register", s,
-        [this](const v1::RegisterRequest& r, v1::RegisterResponse* out) {
+        c, "", "Register", s,
+        [this, c](const v1::RegisterRequest& r, v1::RegisterResponse* out) {
+          if (absl::Status a = AuthorizeNode(*c, r.node()); !a.ok()) return a;
           return Assign(controller_->Register(r), out);
         });
   });
   ServeRaw("Heartbeat", [this](grpc::ServerContext* c, RawStream* s) {
     return RunRaw<v1::HeartbeatRequest, v1::HeartbeatResponse>(
-        c, bearer_token_, "Heartbeat", s,
-        [this](const v1::HeartbeatRequest& r, v1::HeartbeatResponse* out) {
+        c, "", "Heartbeat", s,
+        [this, c](const v1::HeartbeatRequest& r, v1::HeartbeatResponse* out) {
+          if (absl::Status a = AuthorizeNode(*c, r.node()); !a.ok()) return a;
           return Assign(controller_->Heartbeat(r), out);
         });
   });
@@ -112,6 +122,43 @@ ControllerService::ControllerService(JobController* controller,
           return controller_->RequestReplan(r);
         });
   });
+}
+
+absl::Status ControllerService::AuthorizeNode(const grpc::ServerContext& context,
+                                              const std::string& node) const {
+  const auto own = node_auth_.node_tokens.find(node);
+  if (own != node_auth_.node_tokens.end()) {
+    if (absl::Status s = CheckBearerToken(context, own->second); !s.ok()) {
+      return absl::UnauthenticatedError(
+          absl::StrCat(s.message(), "; node ", QuoteForMessage(node),
+                       " has a token of its own (--node-tokens-file)"));
+    }
+  } else if (absl::Status s = CheckBearerToken(context, bearer_token_); !s.ok()) {
+    return s;
+  }
+  using CertName = NodeAuthConfig::CertName;
+  if (node_auth_.cert_name == CertName::kNone) return absl::OkStatus();
+  const bool cn = node_auth_.cert_name == CertName::kCommonName;
+  std::vector<std::string> names;
+  if (std::shared_ptr<const grpc::AuthContext> auth = context.auth_context()) {
+    for (const grpc::string_ref& v : auth->FindPropertyValues(
+             cn ? "x509_common_name" : "x509_subject_alternative_name")) {
+      names.emplace_back(v.data(), v.size());
+    }
+  }
+  if (std::find(names.begin(), names.end(), node) != names.end()) {
+    return absl::OkStatus();
+  }
+  std::vector<std::string> quoted;
+  for (size_t i = 0; i < names.size() && i < 8; ++i) {
+    quoted.push_back(QuoteForMessage(names[i]));
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "node: ", QuoteForMessage(node), " is not the client certificate's ",
+      cn ? "common name" : "subject alternative name",
+      names.empty() ? " (it has none)"
+                    : absl::StrCat(" (", absl::StrJoin(quoted, ", "), ")"),
+      "; --agent-identity ", cn ? "cn" : "san"));
 }
 
 void ControllerService::ServeRaw(

@@ -35,8 +35,11 @@ namespace arachne::controller {
 
 class ControllerService final : public v1::Controller::Service {
  public:
-  // `controller` must outlive the service.
-  ControllerService(JobController* controller, std::string bearer_token);
+  // `controller` must outlive the service. Callers send `bearer_token`
+  // ("" = none); in Register and Heartbeat `node_auth` says who may speak
+  // for a node.
+  ControllerService(JobController* controller, std::string bearer_token,
+                    NodeAuthConfig node_auth = {});
 
   grpc::Status GetStatus(grpc::ServerContext* context,
                          const v1::GetStatusRequest* request,
@@ -55,8 +58,15 @@ class ControllerService final : public v1::Controller::Service {
                 std::function<grpc::Status(grpc::ServerContext*, RawStream*)>
                     handler);
 
+  // Register and Heartbeat for `node`: its own token if it has one, else
+  // the shared one (Unauthenticated); with --agent-identity, the client
+  // certificate must name it (PermissionDenied).
+  absl::Status AuthorizeNode(const grpc::ServerContext& context,
+                             const std::string& node) const;
+
   JobController* const controller_;
   const std::string bearer_token_;
+  const NodeAuthConfig node_auth_;
   std::atomic<bool> shutting_down_{false};
 };
 

@@ -96,13 +96,15 @@ int main(int argc, char** argv) {
   config.agent_client.token = settings->agent_token;
   config.agent_client.tls = settings->agent_tls;
   config.hold = settings->hold;
+  config.agent_networks = settings->agent_networks;
   // The corrected predictions are priced on the embedded planner's profiles.
   config.profiles_dir = settings->profiles_dir;
   arachne::controller::RealClock real_clock;
   absl::StatusOr<std::unique_ptr<JobController>> controller =
       JobController::Create(config, *catalog, *std::move(planner), &real_clock);
   if (!controller.ok()) return Usage(controller.status());
-  ControllerService service(controller->get(), settings->bearer_token);
+  ControllerService service(controller->get(), settings->bearer_token,
+                            settings->node_auth);
   absl::StatusOr<std::unique_ptr<ControllerServer>> server =
       ControllerServer::Start(&service,
                               {.listen = settings->listen, .tls = settings->tls});

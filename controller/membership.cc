@@ -106,6 +106,9 @@ absl::StatusOr<bool> Membership::Register(const MemberSpec& spec) {
   if (spec.address.empty()) {
     return absl::InvalidArgumentError("address: required, got none");
   }
+  if (spec.incarnation.empty()) {
+    return absl::InvalidArgumentError("incarnation: required, got none");
+  }
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);
@@ -118,9 +121,29 @@ absl::StatusOr<bool> Membership::Register(const MemberSpec& spec) {
   }
   auto it = members_.find(spec.node);
   if (it != members_.end()) {
-    if (it->second.spec == spec) {
-      it->second.lease_expiry = now + config_.lease;
-      return false;
+    Member& m = it->second;
+    // A member restored from a store that kept no incarnation is taken by
+    // the first agent process heard at its address.
+    const bool same_process =
+        m.spec.address == spec.address &&
+        (m.spec.incarnation == spec.incarnation || m.spec.incarnation.empty());
+    if (!same_process) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "node: \"", spec.node, "\" is a live member, the agent at ",
+          m.spec.address, " (incarnation ", m.spec.incarnation, ") since ",
+          absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", m.since, absl::UTCTimeZone()),
+          "; the agent at ", spec.address, " (incarnation ", spec.incarnation,
+          ") may register as it once that lease runs out (at ",
+          absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", m.lease_expiry,
+                           absl::UTCTimeZone()),
+          " unless renewed) or the node is drained"));
+    }
+    if (m.spec == spec || m.spec.incarnation.empty()) {
+      m.spec.incarnation = spec.incarnation;
+      if (m.spec == spec) {
+        m.lease_expiry = now + config_.lease;
+        return false;
+      }
     }
     LeaveLocked(spec.node,
                 absl::StrCat("registered again as ", spec.gpus, " ",
@@ -129,6 +152,7 @@ absl::StatusOr<bool> Membership::Register(const MemberSpec& spec) {
   }
   Member m;
   m.spec = spec;
+  m.since = now;
   m.lease_expiry = now + config_.lease;
   members_[spec.node] = m;
   released_.erase(spec.node);
@@ -139,7 +163,8 @@ absl::StatusOr<bool> Membership::Register(const MemberSpec& spec) {
   return true;
 }
 
-absl::Status Membership::Heartbeat(const std::string& node) {
+absl::Status Membership::Heartbeat(const std::string& node,
+                                   const std::string& incarnation) {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);
@@ -153,6 +178,17 @@ absl::Status Membership::Heartbeat(const std::string& node) {
     return absl::NotFoundError(absl::StrCat(
         "node: \"", node,
         "\" is not registered (never, or its lease ran out); Register again"));
+  }
+  Member& m = it->second;
+  if (m.spec.incarnation.empty()) m.spec.incarnation = incarnation;
+  if (m.spec.incarnation != incarnation) {
+    // Only the process that registered keeps the lease alive: an agent
+    // that lost its membership (its lease ran out while it was stopped, and
+    // another process registered the name) must not renew the other's.
+    return absl::NotFoundError(absl::StrCat(
+        "node: \"", node, "\" has no member of incarnation ", incarnation,
+        " (it is the agent at ", m.spec.address, ", incarnation ",
+        m.spec.incarnation, "); Register again"));
   }
   it->second.lease_expiry = now + config_.lease;
   return absl::OkStatus();

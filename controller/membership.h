@@ -34,11 +34,15 @@ struct MemberSpec {
   int gpus = 0;
   double memory_gib = 0;  // per GPU
   std::string address;    // host:port of its arachne-agent
+  // The agent process's identity (new at each start): one node name, one
+  // agent process at a time (see Register).
+  std::string incarnation;
   friend bool operator==(const MemberSpec&, const MemberSpec&) = default;
 };
 
 struct Member {
   MemberSpec spec;
+  absl::Time since;  // when this incarnation joined
   absl::Time lease_expiry;
   bool draining = false;
   absl::Time drain_deadline = absl::InfiniteFuture();
@@ -73,18 +77,26 @@ class Membership {
   Membership(MembershipConfig config, const Clock* clock);
 
   // A node registers (or registers again). A new node is a join. The same
-  // node registering again with the same GPUs and address renews its lease
-  // (an agent that restarted its registration loop); with other GPUs or
-  // another address it is a leave and a join. InvalidArgument naming the
-  // field for an empty node, GPU type or address or GPUs < 1; Unavailable
-  // while the node is backed off for flapping (naming until when). Returns
-  // whether this was a join.
+  // agent process (incarnation) registering again with the same GPUs renews
+  // its lease (its registration loop restarted); with other GPUs it is a
+  // leave and a join. Another incarnation or another address for a member
+  // whose lease is live is refused with AlreadyExists (naming the member's
+  // address, incarnation and since when) until that lease runs out or the
+  // node is drained and released: a second process cannot take over a
+  // live node's name (and be sent its training state). InvalidArgument
+  // naming the field for an empty node, GPU type, address or incarnation or
+  // GPUs < 1; Unavailable while the node is backed off for flapping (naming
+  // until when). Returns whether this was a join.
   absl::StatusOr<bool> Register(const MemberSpec& spec);
-  // Renews `node`'s lease. NotFound when it is not registered (never, or its
-  // lease ran out): the agent must Register again. FailedPrecondition for a
-  // node that was drained and released (Remove): its agent must not come
-  // back by itself (an agent started again registers anew).
-  absl::Status Heartbeat(const std::string& node);
+  // Renews `node`'s lease for the agent process `incarnation`. NotFound
+  // when it is not registered (never, or its lease ran out) or registered
+  // by another incarnation: the agent must Register again. A member read
+  // back from a store that kept no incarnation takes the first one heard.
+  // FailedPrecondition for a node that was drained and released (Remove):
+  // its agent must not come back by itself (an agent started again
+  // registers anew).
+  absl::Status Heartbeat(const std::string& node,
+                         const std::string& incarnation);
   // A replan waits (at most `within`) for these nodes to register.
   // InvalidArgument for no nodes, an empty name or within <= 0.
   absl::Status AnnounceJoin(const std::vector<std::string>& nodes,

@@ -156,6 +156,8 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
   SwitchOutcome out;
   SwitchTimings& t = out.timings;
   bool paused = false;
+  // When Pause was sent: training stopped there, also when the switch aborts.
+  absl::Time pause_start = absl::Now();
 
   // The time a phase may take: the phase timeout, capped by the switch's.
   auto phase_timeout = [&]() -> absl::StatusOr<absl::Duration> {
@@ -203,6 +205,8 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
                                      target.old_generation, " failed: ",
                                      s.message()));
       }
+      // Training stood still from Pause until the old plan resumed.
+      t.downtime_s = Since(pause_start);
     }
     t.total_s = Since(start);
     return out;
@@ -235,7 +239,7 @@ SwitchOutcome Reconfigurer::Run(const SwitchTarget& target,
   }
   if (!s.ok()) return abort(SwitchPhase::kPrepare, s);
 
-  absl::Time pause_start = absl::Now();
+  pause_start = absl::Now();
   if (target.old_plan.has_value()) {
     observer(SwitchPhase::kPause);
     absl::StatusOr<absl::Duration> timeout = phase_timeout();

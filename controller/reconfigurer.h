@@ -90,7 +90,7 @@ struct SwitchTarget {
 struct SwitchTimings {
   double prepare_s = 0, pause_s = 0, stage1_s = 0, stage2_s = 0,
          rebuild_s = 0, commit_s = 0, resume_s = 0;
-  double downtime_s = 0;  // pause sent to the last resume answered
+  double downtime_s = 0;  // Pause sent to the last Resume answered (of the new plan, or of the old one after an abort)
   double total_s = 0;
   int64_t paused_at_iteration = 0;
   int64_t bytes_moved = 0;          // the agents' bytes sent, both stages

@@ -42,6 +42,13 @@ class Statement {
                         : std::string(reinterpret_cast<const char*>(p),
                                       sqlite3_column_bytes(stmt_, c));
   }
+  std::string Blob(int c) const {
+    const void* p = sqlite3_column_blob(stmt_, c);
+    return p == nullptr ? std::string()
+                        : std::string(static_cast<const char*>(p),
+                                      sqlite3_column_bytes(stmt_, c));
+  }
+  sqlite3_stmt* get() const { return stmt_; }
   double Double(int c) const { return sqlite3_column_double(stmt_, c); }
   int64_t Int(int c) const { return sqlite3_column_int64(stmt_, c); }
 
@@ -64,7 +71,8 @@ CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS members(
   node TEXT PRIMARY KEY, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL,
   memory_gib REAL NOT NULL, address TEXT NOT NULL, draining INTEGER NOT NULL,
-  drain_deadline REAL NOT NULL);
+  drain_deadline REAL NOT NULL, incarnation TEXT NOT NULL DEFAULT '',
+  since REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS decisions(
   id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL,
   trigger TEXT NOT NULL, verdict TEXT NOT NULL, reason TEXT NOT NULL,
@@ -86,6 +94,7 @@ CREATE TABLE IF NOT EXISTS generations(
 CREATE TABLE IF NOT EXISTS switches(
   generation INTEGER PRIMARY KEY, outcome TEXT NOT NULL,
   timings_json TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events(sequence INTEGER PRIMARY KEY, event BLOB NOT NULL);
 )sql";
 
 Verdict VerdictFromName(const std::string& s) {
@@ -161,22 +170,39 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
     if (get.rc() != SQLITE_OK) return store->ErrorLocked("cannot read", get.rc());
     if (get.Step() == SQLITE_ROW) {
       const std::string version = get.Text(0);
-      if (version == "1" || version == "2") {
+      if (version == "1" || version == "2" || version == "3") {
         // Version 1 lacked the decision timings; the rows it has keep 0.
         // Versions 1 and 2 lacked the raw throughputs and corrections: their
         // rows read the decided throughputs as raw (nothing was corrected
-        // then). The generations table is new (kSchema made it).
-        std::vector<std::string> columns;
+        // then). The generations table is new (kSchema made it). Versions
+        // 1 to 3 lacked the members' incarnations: a member read back
+        // without one takes the first its agent sends (Membership).
+        std::vector<std::pair<std::string, std::string>> columns;
         if (version == "1") {
-          columns = {"planning_s REAL NOT NULL DEFAULT 0",
-                     "decision_s REAL NOT NULL DEFAULT 0"};
+          columns = {{"decisions", "planning_s REAL NOT NULL DEFAULT 0"},
+                     {"decisions", "decision_s REAL NOT NULL DEFAULT 0"}};
         }
-        columns.push_back("old_throughput_raw REAL NOT NULL DEFAULT 0");
-        columns.push_back("new_throughput_raw REAL NOT NULL DEFAULT 0");
-        columns.push_back("corrections TEXT NOT NULL DEFAULT ''");
-        for (const std::string& column : columns) {
-          if (absl::Status s = store->ExecLocked(
-                  absl::StrCat("ALTER TABLE decisions ADD COLUMN ", column, ";"));
+        if (version != "3") {
+          columns.push_back(
+              {"decisions", "old_throughput_raw REAL NOT NULL DEFAULT 0"});
+          columns.push_back(
+              {"decisions", "new_throughput_raw REAL NOT NULL DEFAULT 0"});
+          columns.push_back({"decisions", "corrections TEXT NOT NULL DEFAULT ''"});
+        }
+        columns.push_back({"members", "incarnation TEXT NOT NULL DEFAULT ''"});
+        columns.push_back({"members", "since REAL NOT NULL DEFAULT 0"});
+        for (const auto& [table, column] : columns) {
+          // A table this version lacked whole was just made by kSchema with
+          // every column.
+          const std::string name = column.substr(0, column.find(' '));
+          Statement has(db, absl::StrCat("SELECT COUNT(*) FROM pragma_table_info('",
+                                         table, "') WHERE name='", name, "';"));
+          if (has.rc() != SQLITE_OK || has.Step() != SQLITE_ROW) {
+            return store->ErrorLocked("cannot read its tables", has.rc());
+          }
+          if (has.Int(0) > 0) continue;
+          if (absl::Status s = store->ExecLocked(absl::StrCat(
+                  "ALTER TABLE ", table, " ADD COLUMN ", column, ";"));
               !s.ok()) {
             return s;
           }
@@ -286,7 +312,7 @@ absl::StatusOr<StoredState> StateStore::Load() {
   {
     Statement s(db_,
                 "SELECT node, gpu_type, gpus, memory_gib, address, draining, "
-                "drain_deadline FROM members ORDER BY node;");
+                "drain_deadline, incarnation, since FROM members ORDER BY node;");
     if (s.rc() != SQLITE_OK) return ErrorLocked("cannot read members", s.rc());
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
@@ -298,6 +324,8 @@ absl::StatusOr<StoredState> StateStore::Load() {
       m.spec.address = s.Text(4);
       m.draining = s.Int(5) != 0;
       m.drain_deadline = FromUnix(s.Double(6));
+      m.spec.incarnation = s.Text(7);
+      m.since = FromUnix(s.Double(8));
       out.members.push_back(m);
     }
     if (rc != SQLITE_DONE) return ErrorLocked("cannot read members", rc);
@@ -313,7 +341,8 @@ absl::Status StateStore::SaveMembers(const std::vector<Member>& members) {
     if (!status.ok()) break;
     Statement s(db_,
                 "INSERT INTO members(node, gpu_type, gpus, memory_gib, address, "
-                "draining, drain_deadline) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7);");
+                "draining, drain_deadline, incarnation, since) "
+                "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9);");
     if (s.rc() != SQLITE_OK) {
       status = ErrorLocked("cannot write members", s.rc());
       break;
@@ -325,6 +354,8 @@ absl::Status StateStore::SaveMembers(const std::vector<Member>& members) {
     s.Bind(5, m.spec.address);
     s.Bind(6, m.draining ? 1 : 0);
     s.Bind(7, ToUnix(m.drain_deadline));
+    s.Bind(8, m.spec.incarnation);
+    s.Bind(9, ToUnix(m.since));
     if (int rc = s.Step(); rc != SQLITE_DONE) {
       status = ErrorLocked("cannot write members", rc);
     }
@@ -487,6 +518,58 @@ absl::Status StateStore::SaveSwitchRecord(const SwitchRecord& r) {
     return ErrorLocked("cannot write a switch", rc);
   }
   return absl::OkStatus();
+}
+
+absl::Status StateStore::AppendEvent(int64_t sequence, const std::string& event,
+                                     int64_t keep) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = ExecLocked("PRAGMA synchronous=NORMAL;"); !s.ok()) return s;
+  absl::Status written =
+      TransactionLocked([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        Statement last(db_, "SELECT COALESCE(MAX(sequence), 0) FROM events;");
+        if (last.rc() != SQLITE_OK || last.Step() != SQLITE_ROW) {
+          return ErrorLocked("cannot read the events", last.rc());
+        }
+        if (sequence <= last.Int(0)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "event sequence ", sequence, " is not above the last stored, ",
+              last.Int(0)));
+        }
+        Statement put(db_, "INSERT INTO events(sequence, event) VALUES(?1, ?2);");
+        if (put.rc() != SQLITE_OK) return ErrorLocked("cannot write an event", put.rc());
+        put.Bind(1, sequence);
+        sqlite3_bind_blob(put.get(), 2, event.data(),
+                          static_cast<int>(event.size()), SQLITE_TRANSIENT);
+        if (int rc = put.Step(); rc != SQLITE_DONE) {
+          return ErrorLocked("cannot write an event", rc);
+        }
+        Statement trim(db_, "DELETE FROM events WHERE sequence <= ?1;");
+        if (trim.rc() != SQLITE_OK) return ErrorLocked("cannot trim the events", trim.rc());
+        trim.Bind(1, sequence - keep);
+        if (int rc = trim.Step(); rc != SQLITE_DONE) {
+          return ErrorLocked("cannot trim the events", rc);
+        }
+        return absl::OkStatus();
+      });
+  absl::Status full = ExecLocked("PRAGMA synchronous=FULL;");
+  return written.ok() ? full : written;
+}
+
+absl::StatusOr<std::vector<StateStore::StoredEvent>> StateStore::RecentEvents(
+    int64_t limit) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_,
+              "SELECT sequence, event FROM (SELECT sequence, event FROM events "
+              "ORDER BY sequence DESC LIMIT ?1) ORDER BY sequence;");
+  if (s.rc() != SQLITE_OK) return ErrorLocked("cannot read the events", s.rc());
+  s.Bind(1, limit);
+  std::vector<StoredEvent> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    out.push_back(StoredEvent{s.Int(0), s.Blob(1)});
+  }
+  if (rc != SQLITE_DONE) return ErrorLocked("cannot read the events", rc);
+  return out;
 }
 
 absl::StatusOr<std::vector<SwitchRecord>> StateStore::SwitchRecords() {

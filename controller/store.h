@@ -38,9 +38,10 @@ namespace arachne::controller {
 
 // 2 added decisions.planning_s / decision_s; 3 the decisions' raw
 // throughputs and corrections, the generations table (each generation's
-// plan, predicted and measured) and the corrections in force. A version-1
-// or -2 database is upgraded in place when opened.
-inline constexpr int kStoreSchemaVersion = 3;
+// plan, predicted and measured) and the corrections in force; 4 the
+// members' incarnations and since when, and the event log. A version-1, -2
+// or -3 database is upgraded in place when opened.
+inline constexpr int kStoreSchemaVersion = 4;
 
 // The measured-run corrections in force (RunCorrections as the
 // calibration file's JSON, run_calibration.h) and what the last fit said.
@@ -122,6 +123,21 @@ class StateStore {
   absl::Status SaveCorrections(const CorrectionsRecord& record);
   // None recorded: an empty record.
   absl::StatusOr<CorrectionsRecord> Corrections();
+  // The event log WatchEvents serves, so sequence numbers go on across
+  // restarts: `event` (an arachne.v1.Event's bytes) under `sequence`, and
+  // only the `keep` newest events kept. Durable against a crash of the
+  // controller process, not of the machine: a WAL commit without an fsync
+  // (synchronous=NORMAL), since a flush per event would add to the
+  // downtime of every switch phase; the next FULL write flushes it too.
+  // InvalidArgument for a sequence not above the last one stored.
+  absl::Status AppendEvent(int64_t sequence, const std::string& event,
+                           int64_t keep);
+  struct StoredEvent {
+    int64_t sequence = 0;
+    std::string event;  // an arachne.v1.Event's bytes
+  };
+  // The `limit` newest, oldest first.
+  absl::StatusOr<std::vector<StoredEvent>> RecentEvents(int64_t limit);
   // This job's controller identity: 32 hex digits drawn once, when the
   // database is created, and kept across restarts. Agents registered with
   // the controller accept commands carrying it only (docs/agent.md).

@@ -111,7 +111,7 @@ class GrpcAgentClient final : public AgentClient {
     v1::StatusRequest request;
     request.set_generation(generation);
     grpc::ClientContext context;
-    Setup(&context, config_.call_timeout);
+    Setup(&context, config_.status_timeout);
     v1::StatusResponse response;
     if (absl::Status s = FromGrpc(stub_->Status(&context, request, &response));
         !s.ok()) {

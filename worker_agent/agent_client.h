@@ -37,6 +37,10 @@ struct AgentClientConfig {
   // Deadline of the calls without a phase timeout (Prepare, Commit, Resume,
   // Abort, Status, SaveCheckpoint).
   absl::Duration call_timeout = absl::Minutes(5);
+  // Deadline of Status calls: Status answers from what the agent knows, so
+  // a longer wait means the agent is stopped or gone (the controller polls
+  // with less than a lease: docs/controller.md).
+  absl::Duration status_timeout = absl::Seconds(10);
   // Pause, Migrate and Rebuild wait for their phase timeout plus this, so
   // the agent's own DEADLINE_EXCEEDED (naming the phase) comes back rather
   // than the client's.

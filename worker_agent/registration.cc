@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
+#include "planner_service/io/input_bounds.h"
 #include "rpc/grpc_status.h"
 
 namespace arachne::agent {
@@ -47,6 +50,13 @@ ControllerRegistration::Start(RegistrationConfig config) {
         "initial_backoff, max_backoff: need 0 < initial_backoff <= "
         "max_backoff");
   }
+  if (config.incarnation.empty()) {
+    // 128 random bits: two agent starts never share one.
+    absl::BitGen gen;
+    config.incarnation = absl::StrFormat(
+        "%016x%016x", absl::Uniform<uint64_t>(gen), absl::Uniform<uint64_t>(gen));
+  }
+  if (absl::Status s = CheckIncarnation(config.incarnation); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       MakeChannelCredentials(config.tls);
   if (!credentials.ok()) return credentials.status();
@@ -67,7 +77,9 @@ ControllerRegistration::Start(RegistrationConfig config) {
 
 ControllerRegistration::ControllerRegistration(
     RegistrationConfig config, std::unique_ptr<v1::Controller::Stub> stub)
-    : config_(std::move(config)), stub_(std::move(stub)) {}
+    : config_(std::move(config)), stub_(std::move(stub)) {
+  state_.incarnation = config_.incarnation;
+}
 
 ControllerRegistration::~ControllerRegistration() { Stop(); }
 
@@ -98,6 +110,7 @@ absl::Status ControllerRegistration::CallRegister() {
   request.set_gpus(config_.gpus);
   request.set_memory_gib(config_.memory_gib);
   request.set_address(config_.address);
+  request.set_incarnation(config_.incarnation);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + config_.call_timeout));
   if (!config_.token.empty()) {
@@ -124,6 +137,7 @@ absl::Status ControllerRegistration::CallRegister() {
 absl::Status ControllerRegistration::CallHeartbeat() {
   v1::HeartbeatRequest request;
   request.set_node(config_.node);
+  request.set_incarnation(config_.incarnation);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + config_.call_timeout));
   if (!config_.token.empty()) {
@@ -162,7 +176,13 @@ void ControllerRegistration::Failed(const absl::Status& s, const char* call) {
 void ControllerRegistration::Loop() {
   absl::Duration backoff = config_.initial_backoff;
   auto next_backoff = [&](const absl::Status& s) {
-    const absl::Duration wait = Permanent(s) ? config_.max_backoff : backoff;
+    // AlreadyExists: another process of this node's name holds a live
+    // lease (an agent restarted before its old lease ran out): tried again
+    // every second at most, to join as soon as that lease runs out.
+    const absl::Duration wait =
+        Permanent(s)            ? config_.max_backoff
+        : absl::IsAlreadyExists(s) ? std::min(backoff, absl::Seconds(1))
+                                   : backoff;
     backoff = std::min(backoff * 2, config_.max_backoff);
     return wait;
   };
@@ -182,7 +202,8 @@ void ControllerRegistration::Loop() {
         backoff = config_.initial_backoff;
         const RegistrationState st = state();
         LOG(INFO) << "node " << config_.node << ": registered with controller "
-                  << config_.controller << " (lease " << st.lease_s
+                  << config_.controller << " as incarnation "
+                  << config_.incarnation << " (lease " << st.lease_s
                   << " s, generation " << st.generation << ")";
       } else {
         Failed(s, "Register");

@@ -44,6 +44,10 @@ struct RegistrationConfig {
   int gpus = 0;
   double memory_gib = 0;  // per GPU
   std::string address;    // host:port of this agent's Agent service
+  // This agent process's identity, sent with every Register and Heartbeat
+  // (controller.proto RegisterRequest.incarnation); "" = a random one made
+  // at Start, as the agent does: each start is a new incarnation.
+  std::string incarnation;
   // Retries while the controller cannot be reached.
   absl::Duration initial_backoff = absl::Milliseconds(200);
   absl::Duration max_backoff = absl::Seconds(10);
@@ -60,6 +64,7 @@ struct RegistrationState {
   double lease_s = 0;       // as the controller granted it
   int64_t generation = 0;   // the job's generation at the last Register
   std::string controller_id;  // the controller's identity, last Register
+  std::string incarnation;    // what this loop registers as
   int64_t registers = 0;    // successful Register calls
   int64_t heartbeats = 0;   // successful Heartbeat calls
   int64_t failures = 0;     // failed calls of either kind

@@ -64,6 +64,24 @@ absl::Status FirstNonUtf8Field(absl::string_view bytes,
 
 }  // namespace
 
+absl::Status CheckIncarnation(absl::string_view incarnation) {
+  const std::string rule = absl::StrCat(
+      "incarnation: must be 1 to ", kMaxIncarnationBytes,
+      " bytes of ASCII letters, digits, '-' and '_', got ",
+      QuoteForMessage(incarnation));
+  if (incarnation.empty() || incarnation.size() > kMaxIncarnationBytes) {
+    return absl::InvalidArgumentError(rule);
+  }
+  for (size_t i = 0; i < incarnation.size(); ++i) {
+    const unsigned char c = incarnation[i];
+    if (!IsAsciiAlnum(c) && c != '-' && c != '_') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          rule, absl::StrFormat(" (byte 0x%02X", c), " at offset ", i, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckNodeName(absl::string_view field, absl::string_view name) {
   if (name.empty()) {
     return absl::InvalidArgumentError(

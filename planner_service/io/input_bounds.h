@@ -43,6 +43,14 @@ inline constexpr int kMaxNodeLabelBytes = 63;
 //    characters, each starting and ending with a letter or digit, got \"..\""
 absl::Status CheckNodeName(absl::string_view field, absl::string_view name);
 
+// An agent process's incarnation (controller.proto RegisterRequest): 1 to
+// kMaxIncarnationBytes bytes of ASCII letters, digits, '-' and '_'.
+inline constexpr size_t kMaxIncarnationBytes = 64;
+// OK when `incarnation` follows that rule, else InvalidArgument
+//   "incarnation: must be 1 to 64 bytes of ASCII letters, digits, '-' and
+//    '_', got \"a b\" (byte 0x20 at offset 1)"
+absl::Status CheckIncarnation(absl::string_view incarnation);
+
 // OK when `text` is well-formed UTF-8, else InvalidArgument
 // "<field>: must be UTF-8 text, got byte 0xFF at offset 3 of 5 bytes".
 absl::Status CheckUtf8(absl::string_view field, absl::string_view text);

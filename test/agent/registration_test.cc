@@ -6,6 +6,7 @@
 #include "worker_agent/registration.h"
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,10 +48,15 @@ class RecordingController final : public v1::Controller::Service {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "released");
     }
     EXPECT_EQ(r->node(), "n0");
+    heartbeat_incarnations_.insert(r->incarnation());
     response->set_lease_s(lease_s_);
     return grpc::Status::OK;
   }
 
+  std::set<std::string> heartbeat_incarnations() {
+    absl::MutexLock lock(&mu_);
+    return heartbeat_incarnations_;
+  }
   int registers() {
     absl::MutexLock lock(&mu_);
     return static_cast<int>(registers_.size());
@@ -85,6 +91,7 @@ class RecordingController final : public v1::Controller::Service {
   }
   absl::Mutex mu_;
   std::vector<v1::RegisterRequest> registers_;
+  std::set<std::string> heartbeat_incarnations_;
   std::vector<std::string> tokens_;
   int heartbeats_ = 0;
   double lease_s_ = 0.6;
@@ -154,6 +161,8 @@ TEST(Registration, RegistersThenHeartbeatsEveryThirdOfTheLease) {
   EXPECT_EQ(reg.gpus(), 2);
   EXPECT_DOUBLE_EQ(reg.memory_gib(), 48);
   EXPECT_EQ(reg.address(), "127.0.0.1:7070");
+  // A random incarnation, 128 bits in hex, the same in every heartbeat.
+  EXPECT_THAT(reg.incarnation(), ::testing::MatchesRegex("[0-9a-f]{32}"));
   EXPECT_EQ(controller.first_token(), "Bearer tok");
   // Lease 0.6 s: a heartbeat every 0.2 s, so ~5 in a second (scheduling
   // noise allowed for), and no second Register.
@@ -168,6 +177,29 @@ TEST(Registration, RegistersThenHeartbeatsEveryThirdOfTheLease) {
   EXPECT_DOUBLE_EQ(st.lease_s, 0.6);
   EXPECT_EQ(st.generation, 3);
   EXPECT_EQ(st.controller_id, "c0ffee");
+  EXPECT_EQ(st.incarnation, reg.incarnation());
+  EXPECT_EQ(controller.heartbeat_incarnations(),
+            std::set<std::string>{reg.incarnation()});
+}
+
+// Each start of the loop (each agent process) is a new incarnation; one
+// given in the settings is used as it is, and a malformed one is refused.
+TEST(Registration, EachStartIsANewIncarnation) {
+  RecordingController controller;
+  Server server(&controller);
+  auto first = ControllerRegistration::Start(Config(server.port));
+  auto second = ControllerRegistration::Start(Config(server.port));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_NE((*first)->state().incarnation, (*second)->state().incarnation);
+  RegistrationConfig c = Config(server.port);
+  c.incarnation = "agent-7_b";
+  auto given = ControllerRegistration::Start(c);
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ((*given)->state().incarnation, "agent-7_b");
+  c.incarnation = "a b";
+  EXPECT_EQ(ControllerRegistration::Start(c).status().message(),
+            "incarnation: must be 1 to 64 bytes of ASCII letters, digits, '-' "
+            "and '_', got \"a b\" (byte 0x20 at offset 1)");
 }
 
 TEST(Registration, NotFoundRegistersAgain) {

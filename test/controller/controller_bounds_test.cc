@@ -221,12 +221,14 @@ class BoundsE2E : public ::testing::Test {
     r.set_gpus(1);
     r.set_memory_gib(memory_gib);
     r.set_address(address);
+    r.set_incarnation("i1");
     v1::RegisterResponse out;
     return stub().Register(Context().get(), r, &out);
   }
   grpc::Status Heartbeat(const std::string& node) {
     v1::HeartbeatRequest r;
     r.set_node(node);
+    r.set_incarnation("i1");
     v1::HeartbeatResponse out;
     return stub().Heartbeat(Context().get(), r, &out);
   }

@@ -185,6 +185,7 @@ class ControllerProcess {
     }
   }
   v1::Controller::Stub& stub() { return *stub_; }
+  pid_t pid() const { return pid_; }  // -1 when not running
 
   absl::StatusOr<v1::GetStatusResponse> Status() const {
     grpc::ClientContext ctx;
@@ -196,12 +197,13 @@ class ControllerProcess {
     return r;
   }
 
-  // Every event the controller (this run of it) still keeps.
-  std::vector<v1::Event> Events() {
+  // Every event the controller still keeps after sequence `after`.
+  std::vector<v1::Event> Events(int64_t after = 0) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(1500));
     v1::WatchEventsRequest r;
+    r.set_after(after);
     auto reader = stub_->WatchEvents(&ctx, r);
     std::vector<v1::Event> out;
     v1::Event e;

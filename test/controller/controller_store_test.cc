@@ -10,6 +10,7 @@
 #include <sqlite3.h>
 
 #include "gmock/gmock.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace arachne::controller {
@@ -27,7 +28,9 @@ std::string TempDir(const std::string& name) {
 Member M(const std::string& node, bool draining = false) {
   Member m;
   m.spec = MemberSpec{.node = node, .gpu_type = "A6000", .gpus = 2,
-                      .memory_gib = 48, .address = "127.0.0.1:7" + node};
+                      .memory_gib = 48, .address = "127.0.0.1:7" + node,
+                      .incarnation = "inc-" + node};
+  m.since = absl::FromUnixSeconds(1'700'000'000);
   m.draining = draining;
   if (draining) m.drain_deadline = absl::FromUnixSeconds(1'700'000'030);
   return m;
@@ -68,6 +71,8 @@ TEST(StateStore, EverythingReadsBackAfterReopening) {
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->members.size(), 2u);
   EXPECT_EQ(s->members[0].spec, M("a").spec);
+  EXPECT_EQ(s->members[0].spec.incarnation, "inc-a");
+  EXPECT_EQ(s->members[0].since, absl::FromUnixSeconds(1'700'000'000));
   EXPECT_TRUE(s->members[1].draining);
   EXPECT_EQ(s->members[1].drain_deadline, absl::FromUnixSeconds(1'700'000'030));
   EXPECT_EQ(s->members[0].drain_deadline, absl::InfiniteFuture());
@@ -99,6 +104,41 @@ TEST(StateStore, EverythingReadsBackAfterReopening) {
   EXPECT_EQ(s->current.generation, 2);
   EXPECT_FALSE(s->in_progress.has_value());
   EXPECT_TRUE(std::filesystem::exists(dir + "/controller.db"));
+}
+
+TEST(StateStore, EventsKeepTheNewestAndReadBackInOrderAfterReopening) {
+  const std::string dir = TempDir("events");
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int64_t seq = 1; seq <= 7; ++seq) {
+      ASSERT_TRUE((*store)->AppendEvent(seq, absl::StrCat("event-", seq), 5).ok());
+    }
+    // Numbers only go up: a repeat or a step back is refused, nothing written.
+    absl::Status again = (*store)->AppendEvent(7, "again", 5);
+    EXPECT_EQ(again.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(again.message(), "event sequence 7 is not above the last stored, 7");
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto events = (*store)->RecentEvents(100);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 5u);  // 1 and 2 trimmed: 5 kept
+  for (size_t i = 0; i < events->size(); ++i) {
+    EXPECT_EQ((*events)[i].sequence, static_cast<int64_t>(i) + 3);
+    EXPECT_EQ((*events)[i].event, absl::StrCat("event-", i + 3));
+  }
+  auto newest = (*store)->RecentEvents(2);
+  ASSERT_TRUE(newest.ok());
+  ASSERT_EQ(newest->size(), 2u);
+  EXPECT_EQ((*newest)[0].sequence, 6);
+  EXPECT_EQ((*newest)[1].sequence, 7);
+  // Bytes, not text: a NUL inside survives.
+  const std::string binary("a\0b", 3);
+  ASSERT_TRUE((*store)->AppendEvent(8, binary, 5).ok());
+  newest = (*store)->RecentEvents(1);
+  ASSERT_TRUE(newest.ok());
+  EXPECT_EQ((*newest)[0].event, binary);
 }
 
 TEST(StateStore, AFileThatIsNotADatabaseIsDataLossNamingIt) {
@@ -212,6 +252,57 @@ TEST(StateStore, ASchemaOneDatabaseIsUpgradedKeepingItsDecisions) {
   store->reset();
   // Reopened, it is a database of the current version as any other.
   EXPECT_TRUE(StateStore::Open(dir).ok());
+}
+
+// A schema-3 database (members without incarnations) opens, keeps its
+// members (their incarnation empty: the first heartbeat's is taken, see
+// Membership) and writes incarnations from then on.
+TEST(StateStore, ASchemaThreeDatabaseKeepsItsMembersWithoutIncarnations) {
+  const std::string dir = TempDir("upgrade3");
+  std::filesystem::create_directories(dir);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/controller.db").c_str(), &db), SQLITE_OK);
+    const char* v3 = R"sql(
+      CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+      INSERT INTO meta VALUES('schema_version', '3');
+      CREATE TABLE members(
+        node TEXT PRIMARY KEY, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL,
+        memory_gib REAL NOT NULL, address TEXT NOT NULL,
+        draining INTEGER NOT NULL, drain_deadline REAL NOT NULL);
+      INSERT INTO members VALUES('a', 'A6000', 2, 48, '127.0.0.1:7a', 0, -1);
+      CREATE TABLE decisions(
+        id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL,
+        trigger TEXT NOT NULL, verdict TEXT NOT NULL, reason TEXT NOT NULL,
+        old_throughput REAL NOT NULL, new_throughput REAL NOT NULL,
+        migration_estimate_s REAL NOT NULL, fixed_cost_s REAL NOT NULL,
+        downtime_estimate_s REAL NOT NULL, horizon_s REAL NOT NULL,
+        gain_s REAL NOT NULL, generation INTEGER NOT NULL,
+        planning_s REAL NOT NULL DEFAULT 0, decision_s REAL NOT NULL DEFAULT 0,
+        old_throughput_raw REAL NOT NULL DEFAULT 0,
+        new_throughput_raw REAL NOT NULL DEFAULT 0,
+        corrections TEXT NOT NULL DEFAULT '');)sql";
+    ASSERT_EQ(sqlite3_exec(db, v3, nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto s = (*store)->Load();
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_EQ(s->members.size(), 1u);
+    EXPECT_EQ(s->members[0].spec.node, "a");
+    EXPECT_EQ(s->members[0].spec.address, "127.0.0.1:7a");
+    EXPECT_EQ(s->members[0].spec.incarnation, "");
+    ASSERT_TRUE((*store)->SaveMembers({M("a")}).ok());
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto s = (*store)->Load();
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->members.size(), 1u);
+  EXPECT_EQ(s->members[0].spec.incarnation, "inc-a");
 }
 
 }  // namespace
