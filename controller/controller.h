@@ -41,6 +41,7 @@
 #include "controller/clock.h"
 #include "controller/controller_config.h"
 #include "controller/decision.h"
+#include "controller/event_log.h"
 #include "controller/measurement.h"
 #include "controller/membership.h"
 #include "controller/planning.h"
@@ -97,29 +98,6 @@ inline constexpr size_t kMaxAddressBytes = 512;
 // GetStatus: the response is cut to this size (oldest decisions first, then
 // the oldest generations), well inside gRPC's default 4 MiB message limit.
 inline constexpr size_t kStatusBudgetBytes = size_t{3} << 20;
-
-// The recent events kept for WatchEvents, with a sequence number each.
-// With a store, every event is written there before a watcher can see it,
-// and a restarted controller goes on from the stored ones: a watcher
-// resuming with the last sequence it saw misses nothing and gets nothing
-// twice (docs/controller.md, "Persistence").
-class EventLog {
- public:
-  explicit EventLog(size_t capacity = 4096) : capacity_(capacity) {}
-  // Reads back the newest `capacity` events `store` kept, numbers the next
-  // event after them and keeps every later one there. Before any Add.
-  absl::Status Restore(StateStore* store);
-  void Add(v1::Event event);
-  // The events after sequence `after`, waiting up to `wait` for the first.
-  std::vector<v1::Event> After(int64_t after, absl::Duration wait) const;
-
- private:
-  const size_t capacity_;
-  mutable absl::Mutex mu_;
-  std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);
-  int64_t next_ ABSL_GUARDED_BY(mu_) = 1;
-  StateStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;
-};
 
 class JobController {
  public:
