@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -171,9 +172,18 @@ absl::StatusOr<FillResult> AutoFill::Extend(
     st.tp = c.tp;
     t.stages.push_back(st);
   }
+  // A replica needs a sample of the global batch at least: on a cluster
+  // with more GPUs than the job can use, the rest stay free (a tiny model
+  // on a thousand GPUs, global batch 64: 64 replicas, not "no plan").
+  const int64_t batch = cm_.training().global_batch;
+  int cap = max_replicas;
+  if (batch > 0 && batch < std::numeric_limits<int>::max() &&
+      (cap == 0 || cap > batch)) {
+    cap = static_cast<int>(batch);
+  }
   NodePool placed = pool;
   int replicas = 0;
-  while ((max_replicas == 0 || replicas < max_replicas) &&
+  while ((cap == 0 || replicas < cap) &&
          placed.PlaceReplica(t.stages, &t.placement))
     ++replicas;
   if (replicas == 0) {

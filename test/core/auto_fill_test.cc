@@ -138,5 +138,44 @@ node_groups:
   EXPECT_TRUE(ValidatePlan(two->plan, cm).ok());
 }
 
+// More GPUs than the global batch has samples: a replica per sample at
+// most, the other GPUs left free. Before, every packable replica was placed
+// (1000 here), no micro-batch size fitted 1000 replicas into a batch of 64,
+// and the planners answered "no plan fits" on a thousand idle GPUs.
+TEST(AutoFill, PlacesNoMoreReplicasThanTheGlobalBatchHasSamples) {
+  auto catalog = LoadGpuCatalog();
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  auto cluster = ParseCluster(R"(
+inter_node_gbps: 100
+node_groups:
+  - {gpu: A6000, gpus_per_node: 1, count: 1000}
+)",
+                              "a6000-1000", *catalog);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto model = ResolveModel("tiny-gpt");
+  ASSERT_TRUE(model.ok()) << model.status();
+  TrainingConfig training;
+  training.seq_len = 16;
+  training.global_batch = 64;
+  auto ctx = PlanningContext::Create(*catalog, *model, training, *cluster, "");
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  const CostModel& cm = (*ctx)->cost_model();
+  const int a6000 = *catalog->IndexOf("A6000");
+  const AutoFill fill(cm);
+  const std::vector<StageChoice> two(2, StageChoice{a6000, 1});
+  EXPECT_EQ(AutoFill::PackableReplicas(NodePool(*cluster), two), 500);
+  auto filled = fill.Extend(Plan{}, NodePool(*cluster), two);
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  EXPECT_EQ(filled->plan.templates[0].replicas, 64);
+  EXPECT_EQ(filled->plan.templates[0].micro_batch_size, 1);
+  EXPECT_EQ(filled->pool.TotalFree(), 1000 - 128);
+  EXPECT_TRUE(std::isfinite(filled->iteration_time_s));
+  EXPECT_TRUE(ValidatePlan(filled->plan, cm).ok());
+  // A cap below the batch still holds.
+  auto capped = fill.Extend(Plan{}, NodePool(*cluster), two, nullptr, 8);
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  EXPECT_EQ(capped->plan.templates[0].replicas, 8);
+}
+
 }  // namespace
 }  // namespace arachne
