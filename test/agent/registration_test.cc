@@ -122,6 +122,10 @@ RegistrationConfig Config(int port) {
   c.address = "127.0.0.1:7070";
   c.initial_backoff = absl::Milliseconds(20);
   c.max_backoff = absl::Milliseconds(200);
+  // No call here waits on a stalled controller: a generous deadline, so a
+  // loaded machine (CI runs -j) cannot turn a slow answer into a failure
+  // the tests would count (NotFoundRegistersAgain counts exactly one).
+  c.call_timeout = absl::Seconds(60);
   return c;
 }
 
