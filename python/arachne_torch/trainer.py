@@ -54,12 +54,21 @@ class TrainingError(RuntimeError):
     iteration (the optimizer step comes after the last collective)."""
 
 
+# Every collective and point-to-point wait of an iteration gives up after
+# this, as the reference engine's (NodeGpus::collective_timeout): when a peer
+# dies or stops mid-iteration, this rank's iteration fails within it, well
+# inside a Pause's phase timeout, and the rank holds the state of its last
+# completed iteration (the optimizer step comes after the last collective).
+# Building the groups keeps its own, longer timeout (Prepare's rendezvous).
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=10)
+
+
 # ---------------------------------------------------------------------------
 # Collectives with autograd (Megatron's f and g, the vocabulary gather, the
 # expert dispatch and combine).
 
 def _all_reduce(group, t: torch.Tensor) -> None:
-    group.allreduce([t]).wait()
+    group.allreduce([t]).wait(COLLECTIVE_TIMEOUT)
 
 
 class _CopyToTp(torch.autograd.Function):
@@ -100,7 +109,7 @@ class _GatherFromTp(torch.autograd.Function):
         ctx.rank, ctx.local = rank, x.size(-1)
         x = x.contiguous()
         out = [torch.empty_like(x) for _ in range(size)]
-        group.allgather([out], [x]).wait()
+        group.allgather([out], [x]).wait(COLLECTIVE_TIMEOUT)
         return torch.cat(out, -1)
 
     @staticmethod
@@ -119,7 +128,7 @@ class _ExpertGroup:
     def gather_replicas(self, x: torch.Tensor) -> List[torch.Tensor]:
         x = x.contiguous()
         out = [torch.empty_like(x) for _ in range(self.tp * self.replicas)]
-        self.group.allgather([out], [x]).wait()
+        self.group.allgather([out], [x]).wait(COLLECTIVE_TIMEOUT)
         return [out[r * self.tp] for r in range(self.replicas)]
 
 
@@ -665,7 +674,7 @@ class Trainer:
                 x = torch.empty(mbs, seq, hidden)
                 self.world.recv([x], rank_of[(ti, r, s - 1,
                                               role.tp_rank % tp_prev)],
-                                iter_tag | (mb << 1)).wait()
+                                iter_tag | (mb << 1)).wait(COLLECTIVE_TIMEOUT)
                 x.requires_grad_(True)
                 inputs[mb] = x
                 h = x
@@ -689,7 +698,7 @@ class Trainer:
                 g = torch.empty(mbs, seq, hidden)
                 self.world.recv([g], rank_of[(ti, r, s + 1,
                                               role.tp_rank % tp_next)],
-                                iter_tag | (mb << 1) | 1).wait()
+                                iter_tag | (mb << 1) | 1).wait(COLLECTIVE_TIMEOUT)
                 outputs[mb].backward(g)
             outputs[mb] = None
             if s > 0:
@@ -717,7 +726,7 @@ class Trainer:
                 backward(b)
                 b += 1
             for _, work in sends:
-                work.wait()
+                work.wait(COLLECTIVE_TIMEOUT)
             sends.clear()
             self._sync_gradients()
             # The global loss (every pipeline's last stage adds its share),

@@ -178,19 +178,35 @@ TEST(ControllerFault, AgentKilledMidTrainingRecoversFromTheLastCompletedIteratio
   EXPECT_LE(MaxMasterDifference(*end, reference->state), 1e-5);
 }
 
-TEST(ControllerFault, EngineKilledMidTrainingIsRecoveredAndItsNodeStays) {
+// Each engine the agent runs: the reference engine (arachne-engine, the
+// default) and the PyTorch one (arachne_torch).
+class EngineKilledMidTraining : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineKilledMidTraining, IsRecoveredAndItsNodeStays) {
   // As above, but only c's engine process dies (kill -9 by its pid): the
   // agent stays up, reports the rank lost and starts a fresh engine; the
   // controller recovers with that GPU counted lost, and c stays a member.
   constexpr int kIterations = 12;
-  const std::string dir = TempDir("kill-engine");
+  const bool torch = GetParam() == "torch";
+  std::vector<std::string> engine;
+  if (torch) {
+    engine = {"--engine-command",
+              std::string(ARACHNE_BINARY_DIR) + "/python/arachne-torch-engine"};
+  }
+  const std::string dir = TempDir("kill-engine-" + GetParam());
   ControllerProcess controller(dir);
-  ASSERT_TRUE(
-      controller.Start(JobYaml(JobOptions().Iterations(kIterations).MinGpus(4)))
-          .ok());
-  auto a = StartAgent("a", 2, dir, controller);
-  auto b = StartAgent("b", 1, dir, controller);
-  auto c = StartAgent("c", 1, dir, controller);
+  // The PyTorch engine starts slower (Python and torch imports): a lease of
+  // 5 s, as the other tests of it.
+  ASSERT_TRUE(controller
+                  .Start(JobYaml(JobOptions()
+                                     .Iterations(kIterations)
+                                     .MinGpus(4)
+                                     .Lease(torch ? 5 : 2)))
+                  .ok());
+  auto agents = StartAgents({"a", "b", "c"}, {2, 1, 1}, dir, controller, engine);
+  AgentProcess* a = agents[0].get();
+  AgentProcess* b = agents[1].get();
+  AgentProcess* c = agents[2].get();
   const Cluster abc = NamedCluster({{"a", 2}, {"b", 1}, {"c", 1}});
   absl::StatusOr<Status> st = WaitFor(
       controller,
@@ -199,13 +215,13 @@ TEST(ControllerFault, EngineKilledMidTrainingIsRecoveredAndItsNodeStays) {
   ASSERT_TRUE(st.ok()) << st.status();
   absl::StatusOr<Plan> first = PlanOf(st->plan(), abc);
   ASSERT_TRUE(first.ok()) << first.status();
-  LossRecorder recorder({a.get(), b.get(), c.get()});
+  LossRecorder recorder({a, b, c});
   absl::StatusOr<agent::NodeStatus> cs = c->client().Status();
   ASSERT_TRUE(cs.ok()) << cs.status();
   ASSERT_EQ(cs->ranks.size(), 1u);
-  const int64_t engine = cs->ranks[0].engine_pid;
-  ASSERT_GT(engine, 0);
-  ASSERT_EQ(kill(static_cast<pid_t>(engine), SIGKILL), 0);
+  const int64_t engine_pid = cs->ranks[0].engine_pid;
+  ASSERT_GT(engine_pid, 0);
+  ASSERT_EQ(kill(static_cast<pid_t>(engine_pid), SIGKILL), 0);
   st = WaitFor(
       controller,
       [](const Status& s) { return s.generation() == 2 && Settled(s); },
@@ -219,7 +235,7 @@ TEST(ControllerFault, EngineKilledMidTrainingIsRecoveredAndItsNodeStays) {
               HasSubstr("recovering from the surviving replicas"));
   EXPECT_TRUE(AnyEventContains(
       controller.Events(), "membership",
-      absl::StrCat("lost c GPU 0: engine process ", engine,
+      absl::StrCat("lost c GPU 0: engine process ", engine_pid,
                    " (GPU 0) was killed by signal 9")));
   EXPECT_TRUE(c->alive());
   st = WaitFor(
@@ -237,6 +253,9 @@ TEST(ControllerFault, EngineKilledMidTrainingIsRecoveredAndItsNodeStays) {
         << "iteration " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, EngineKilledMidTraining,
+                         ::testing::Values("cpp", "torch"));
 
 class KilledHolder : public ::testing::TestWithParam<bool> {};
 
