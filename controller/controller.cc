@@ -1485,6 +1485,26 @@ void JobController::ReadPoll(int64_t generation,
     absl::MutexLock lock(&mu_);
     if (generation != generation_) return;
   }
+  // A node silent for a lease is gone whatever it does: its heartbeats
+  // may come from a thread that still runs beside a hung service.
+  if (answered_generation_ != generation) {
+    answered_.clear();
+    answered_generation_ = generation;
+  }
+  const absl::Time now = clock_->Now();
+  const absl::Duration lease = config_.job.membership.lease;
+  for (const PolledNode& p : polled) {
+    auto [it, first] = answered_.emplace(p.node, now);
+    if (p.status.ok()) {
+      it->second = now;
+    } else if (!first && now - it->second > lease &&
+               membership_.LeaveUnresponsive(p.node, lease)) {
+      LOG(WARNING) << "node " << p.node << ": no Status answered since "
+                   << absl::FormatDuration(now - it->second)
+                   << " ago: a leave (" << p.status.status() << ")";
+      answered_.erase(it);
+    }
+  }
   int64_t iteration = -1;
   double loss = 0, tokens = 0;
   std::string rank_error;
@@ -1492,7 +1512,7 @@ void JobController::ReadPoll(int64_t generation,
   for (const PolledNode& p : polled) {
     const std::string& node = p.node;
     const absl::StatusOr<agent::NodeStatus>& st = p.status;
-    if (!st.ok()) continue;  // its lease tells whether it is gone
+    if (!st.ok()) continue;  // silent for a lease: a leave (above)
     // An agent still on another generation (it has not committed this one
     // yet) reports the other plan's iterations.
     const bool current = st->current_generation == generation;

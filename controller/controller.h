@@ -292,6 +292,11 @@ class JobController {
   // (touched by the reconcile thread only).
   std::optional<std::future<std::vector<PolledNode>>> poll_;
   int64_t poll_generation_ = 0;
+  // When each node of generation `answered_generation_`'s cluster last
+  // answered a poll (or was first polled): silent for a lease, it is a
+  // leave even while its heartbeats go on (reconcile thread only).
+  std::map<std::string, absl::Time> answered_;
+  int64_t answered_generation_ = 0;
 
   std::atomic<bool> stop_{false};
   std::thread loop_;

@@ -255,6 +255,19 @@ bool Membership::Remove(const std::string& node) {
   return true;
 }
 
+bool Membership::LeaveUnresponsive(const std::string& node,
+                                   absl::Duration silent) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  if (members_.count(node) == 0) return false;
+  LeaveLocked(node,
+              absl::StrCat("its agent answered no Status for ",
+                           absl::FormatDuration(silent),
+                           " (a lease) though it heartbeats"),
+              now);
+  return true;
+}
+
 std::vector<MembershipChange> Membership::Tick() {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);

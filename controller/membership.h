@@ -112,6 +112,10 @@ class Membership {
   // that drains now is removed (the caller's view may be older); returns
   // whether it was.
   bool Remove(const std::string& node);
+  // `node`'s agent answered nothing for `silent` (its Status polls all
+  // failed) though its heartbeats may go on: an ungraceful leave, as if its
+  // lease had run out. False when it is no member.
+  bool LeaveUnresponsive(const std::string& node, absl::Duration silent);
 
   // Expires the leases that ran out (each a kLeave, counted for flapping)
   // and returns the changes recorded since the last Tick, for the log.

@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_replace.h"
@@ -86,10 +88,14 @@ absl::Status CheckValues(const v1::AgentConfig& config,
   }
   if (config.has_failpoint() && !config.failpoint().empty() &&
       config.failpoint() != "corrupt-migration-stage-1" &&
-      config.failpoint() != "corrupt-migration-stage-2") {
+      config.failpoint() != "corrupt-migration-stage-2" &&
+      !(absl::StartsWith(config.failpoint(), kHangStatusWhile) &&
+        config.failpoint().size() > strlen(kHangStatusWhile) &&
+        config.failpoint()[strlen(kHangStatusWhile)] == '/')) {
     return ValueError(names, "failpoint",
-                      absl::StrCat("must be corrupt-migration-stage-1 or "
-                                   "corrupt-migration-stage-2, got \"",
+                      absl::StrCat("must be corrupt-migration-stage-1, "
+                                   "corrupt-migration-stage-2 or ",
+                                   kHangStatusWhile, "<absolute path>, got \"",
                                    config.failpoint(), "\""));
   }
   if (config.has_engine_command() &&
@@ -461,7 +467,8 @@ AgentFlags::AgentFlags(CLI::App& app) {
   failpoint_opt_ = app.add_option(
       "--failpoint", failpoint_,
       "fault injection for testing: corrupt-migration-stage-1 or "
-      "corrupt-migration-stage-2 flips a byte this node receives");
+      "corrupt-migration-stage-2 flips a byte this node receives; "
+      "hang-status-while:PATH: Status answers nothing while PATH exists");
   gpu_type_opt_ = app.add_option(
       "--gpu-type", gpu_type_,
       "GPU type of this node: a catalog id or alias, e.g. A6000 (required)");

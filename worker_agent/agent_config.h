@@ -35,6 +35,12 @@ class Option;
 
 namespace arachne::agent {
 
+// The agent's failpoint "hang-status-while:<absolute path>": while the file
+// exists the Agent service's Status answers nothing (it waits out the
+// caller's deadline, its connection open) though the agent heartbeats on,
+// as a hung service beside a live registration thread (controller tests).
+inline constexpr char kHangStatusWhile[] = "hang-status-while:";
+
 // Everything main.cc needs to run the agent, resolved and checked.
 struct AgentSettings {
   std::string listen = "127.0.0.1:0";  // port 0 picks a free one

@@ -2,11 +2,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <exception>
+#include <filesystem>
+#include <string>
 #include <string_view>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "rpc/grpc_status.h"
@@ -258,6 +263,19 @@ grpc::Status AgentService::Status(grpc::ServerContext* context,
                                   const v1::StatusRequest* request,
                                   v1::StatusResponse* response) {
   return Run(context, "Status", request->generation(), [&]() -> absl::Status {
+    const std::string& failpoint = runtime_->gpus().failpoint;
+    if (absl::StartsWith(failpoint, kHangStatusWhile)) {
+      const std::string path = failpoint.substr(strlen(kHangStatusWhile));
+      bool hung = false;
+      while (std::filesystem::exists(path) && !context->IsCancelled()) {
+        hung = true;
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      if (hung) {
+        return absl::UnavailableError(
+            absl::StrCat("failpoint ", failpoint, ": Status hung"));
+      }
+    }
     *response =
         NodeStatusToProto(runtime_->Status(), runtime_->gpus(), catalog_);
     return absl::OkStatus();

@@ -21,6 +21,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -270,7 +271,11 @@ absl::Status EngineSupervisor::StartOnce(Engine* e) {
   env.host = gpus_.host;
   env.virtual_gpus = gpus_.virtual_gpus;
   env.profiles_dir = config_.profiles_dir;
-  env.failpoint = gpus_.failpoint;
+  // The engines' own failpoints (the migration's); the agent keeps its own
+  // (hang-status-while:, agent_config.h).
+  if (absl::StartsWith(gpus_.failpoint, "corrupt-migration-")) {
+    env.failpoint = gpus_.failpoint;
+  }
   {
     std::ofstream log(e->log, std::ios::app);
     log << "--- arachne-agent: starting the engine of GPU " << e->index

@@ -143,8 +143,15 @@ TEST_F(AgentConfigTest, UnknownFailpointIsNamed) {
                 "--gpu-type", "A6000", "--virtual-gpus", "2"});
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.status().message(),
-            "--failpoint: must be corrupt-migration-stage-1 or "
-            "corrupt-migration-stage-2, got \"corrupt-everything\"");
+            "--failpoint: must be corrupt-migration-stage-1, "
+            "corrupt-migration-stage-2 or hang-status-while:<absolute path>, "
+            "got \"corrupt-everything\"");
+  s = FromArgs({"--node", "n0", "--failpoint", "hang-status-while:relative",
+                "--gpu-type", "A6000", "--virtual-gpus", "2"});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  s = FromArgs({"--node", "n0", "--failpoint", "hang-status-while:/tmp/x",
+                "--gpu-type", "A6000", "--virtual-gpus", "2"});
+  ASSERT_TRUE(s.ok()) << s.status();
   s = FromArgs({"--node", "n0", "--failpoint", "corrupt-migration-stage-2",
                 "--gpu-type", "A6000", "--virtual-gpus", "2"});
   ASSERT_TRUE(s.ok()) << s.status();

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "controller/agent_networks.h"
@@ -507,6 +509,68 @@ TEST(ControllerIdentity, AStoppedAgentIsALeaveWhileTheControllerKeepsAnswering) 
   EXPECT_EQ(st->decisions(0).trigger(), "leave c");  // the most recent first
   EXPECT_EQ(st->last_switch().outcome(), "committed");
   c->Kill();  // SIGKILL ends a stopped process too
+}
+
+TEST(ControllerIdentity, AnAgentThatHeartbeatsButAnswersNoStatusIsALeave) {
+  // c's Agent service hangs (it answers no Status, its connections open)
+  // while its registration thread heartbeats on: silent for a lease, it is
+  // a leave all the same, and it is not let back in while it stays silent.
+  const std::string dir = TempDir("hung-service");
+  const std::string hang = dir + "/hang-c";
+  ControllerProcess controller(dir);
+  ASSERT_TRUE(
+      controller.Start(JobYaml(JobOptions().Iterations(3).MinGpus(4))).ok());
+  auto a = StartAgent("a", 2, dir, controller);
+  auto b = StartAgent("b", 1, dir, controller);
+  auto c = StartAgent("c", 1, dir, controller,
+                      {"--failpoint", "hang-status-while:" + hang});
+  absl::StatusOr<Status> st = WaitFor(
+      controller,
+      [](const Status& s) { return s.generation() == 1 && s.phase() == "finished"; },
+      absl::Seconds(60), "generation 1 to finish");
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(PlanNodes(st->plan()), (std::set<std::string>{"a", "b", "c"}));
+  std::ofstream(hang) << "hang\n";
+  const absl::Time hung = absl::Now();
+  st = WaitFor(
+      controller,
+      [](const Status& s) { return FindMember(s, "c") == nullptr; },
+      absl::Seconds(20), "c to leave");
+  ASSERT_TRUE(st.ok()) << st.status();
+  const absl::Duration leave_after = absl::Now() - hung;
+  std::cout << "leave decided " << absl::FormatDuration(leave_after)
+            << " after c's Status hung (lease 2s)\n";
+  // A lease of silence (2 s) and a poll round's deadline (lease/2) at most,
+  // with room for a loaded machine.
+  EXPECT_LT(leave_after, absl::Seconds(12));
+  EXPECT_TRUE(c->alive());
+  bool said = false;
+  for (const v1::Event& e : controller.Events()) {
+    if (e.kind() == "membership" &&
+        absl::StrContains(e.message(), "leave c") &&
+        absl::StrContains(e.message(), "its agent answered no Status for 2s")) {
+      said = true;
+    }
+  }
+  EXPECT_TRUE(said) << "no membership event names the silent agent";
+  st = WaitFor(
+      controller,
+      [](const Status& s) { return s.generation() == 2 && Settled(s); },
+      absl::Seconds(40), "recovery into generation 2");
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(PlanNodes(st->plan()), (std::set<std::string>{"a", "b"}));
+  // Its heartbeats are refused (NOT_FOUND) and its Register with them: the
+  // controller's check of the agent gets no answer.
+  absl::SleepFor(absl::Seconds(4));
+  st = controller.Status();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(FindMember(*st, "c"), nullptr);
+  std::filesystem::remove(hang);  // answering again, c joins again
+  st = WaitFor(
+      controller,
+      [](const Status& s) { return FindMember(s, "c") != nullptr; },
+      absl::Seconds(30), "c to register again");
+  EXPECT_TRUE(st.ok()) << st.status();
 }
 
 }  // namespace
