@@ -502,13 +502,18 @@ absl::StatusOr<v1::RegisterResponse> JobController::Register(
   return out;
 }
 
-absl::Status JobController::CheckAgent(const MemberSpec& spec) {
+absl::StatusOr<std::unique_ptr<agent::AgentClient>>
+JobController::ConnectForCheck(const std::string& address) const {
   agent::AgentClientConfig c = config_.agent_client;
-  c.address = spec.address;
+  c.address = address;
   c.call_timeout = config_.register_check_timeout;
   c.status_timeout = config_.register_check_timeout;
+  return agent::AgentClient::Connect(c);
+}
+
+absl::Status JobController::CheckAgent(const MemberSpec& spec) {
   absl::StatusOr<std::unique_ptr<agent::AgentClient>> client =
-      agent::AgentClient::Connect(c);
+      ConnectForCheck(spec.address);
   if (!client.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("address: ", client.status().message()));
@@ -544,12 +549,8 @@ absl::Status JobController::CheckAgent(const MemberSpec& spec) {
 bool JobController::AgentAnswers(const std::string& node) {
   std::optional<Member> m = membership_.Find(node);
   if (!m.has_value()) return false;
-  agent::AgentClientConfig c = config_.agent_client;
-  c.address = m->spec.address;
-  c.call_timeout = config_.register_check_timeout;
-  c.status_timeout = config_.register_check_timeout;
   absl::StatusOr<std::unique_ptr<agent::AgentClient>> client =
-      agent::AgentClient::Connect(c);
+      ConnectForCheck(m->spec.address);
   return client.ok() && (*client)->StatusMessage(0).ok();
 }
 

@@ -132,6 +132,10 @@ class JobController {
 
   absl::Status Recover();
   // The agent at spec.address is the node it claims, with those GPUs.
+  // A client for a one-off check of the agent at `address`: every call,
+  // Status included, bounded by register_check_timeout.
+  absl::StatusOr<std::unique_ptr<agent::AgentClient>> ConnectForCheck(
+      const std::string& address) const;
   absl::Status CheckAgent(const MemberSpec& spec);
   // A short Status call to the node's agent answered.
   bool AgentAnswers(const std::string& node);

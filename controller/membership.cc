@@ -138,12 +138,10 @@ absl::StatusOr<bool> Membership::Register(const MemberSpec& spec) {
                            absl::UTCTimeZone()),
           " unless renewed) or the node is drained"));
     }
-    if (m.spec == spec || m.spec.incarnation.empty()) {
-      m.spec.incarnation = spec.incarnation;
-      if (m.spec == spec) {
-        m.lease_expiry = now + config_.lease;
-        return false;
-      }
+    m.spec.incarnation = spec.incarnation;  // same, or none was stored
+    if (m.spec == spec) {
+      m.lease_expiry = now + config_.lease;
+      return false;
     }
     LeaveLocked(spec.node,
                 absl::StrCat("registered again as ", spec.gpus, " ",
