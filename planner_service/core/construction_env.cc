@@ -73,10 +73,11 @@ absl::StatusOr<ConstructionEnv> ConstructionEnv::Create(
   }
   const int types =
       static_cast<int>(cost_model.cluster().types_present().size());
-  if (types > kEnvTypeSlots) {
+  if (types > kEnvDeviceSlots) {
     return absl::InvalidArgumentError(absl::StrCat(
         "construction env: cluster has ", types,
-        " GPU types; the state has slots for at most ", kEnvTypeSlots));
+        " GPU types; the device head has slots for at most ",
+        kEnvDeviceSlots));
   }
   ConstructionEnv env(cost_model, config);
   if (absl::Status s = env.Init(); !s.ok()) return s;
@@ -106,6 +107,7 @@ absl::Status ConstructionEnv::Init() {
     return a < b;
   });
   slot_type_.fill(-1);
+  state_slot_.fill(-1);
   double max_tflops = 0, max_memory = 0;
   for (int t : types) {
     max_tflops = std::max(max_tflops, catalog.type(t).peak_bf16_tflops);
@@ -152,7 +154,7 @@ absl::Status ConstructionEnv::Init() {
     return total / layers;
   };
 
-  std::array<std::array<double, kEnvTpSlots>, kEnvTypeSlots> times{};
+  std::array<std::array<double, kEnvTpSlots>, kEnvDeviceSlots> times{};
   double best_gpu_time = kInfeasible;  // min over types and TP of TP * time
   bool any_choice = false;
   for (int s = 0; s < static_cast<int>(types.size()); ++s) {
@@ -176,10 +178,8 @@ absl::Status ConstructionEnv::Init() {
     usable_bytes_[s] = cm_->UsableMemoryGib(t) * double{1 << 30};
   }
   for (int i = 0; i < cluster.num_nodes(); ++i) {
-    for (int s = 0; s < kEnvTypeSlots; ++s) {
-      if (slot_type_[s] == cluster.node(i).gpu_type)
-        slot_nodes_[s].push_back(i);
-    }
+    const int s = SlotOfType(cluster.node(i).gpu_type);
+    if (s >= 0) slot_nodes_[s].push_back(i);
   }
   if (!any_choice) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -187,7 +187,7 @@ absl::Status ConstructionEnv::Init() {
         model.name, " at micro-batch 1 for any TP degree"));
   }
 
-  for (int s = 0; s < kEnvTypeSlots; ++s) {
+  for (int s = 0; s < kEnvDeviceSlots; ++s) {
     std::array<float, kEnvTypeFeatures>& f = static_[s];
     const int t = slot_type_[s];
     if (t < 0) continue;
@@ -205,11 +205,13 @@ absl::Status ConstructionEnv::Init() {
     }
   }
 
+  GroupTypeSlots(static_cast<int>(types.size()));
+
   // Reference throughput: GPU-seconds one sequence needs through all blocks
   // on type t at its best (TP, micro-batch), attention and experts each at
   // their own best; the cluster's rate is the sum of the per-GPU rates.
   double sequences_per_s = 0;
-  for (int s = 0; s < kEnvTypeSlots; ++s) {
+  for (int s = 0; s < kEnvDeviceSlots; ++s) {
     const int t = slot_type_[s];
     if (t < 0) continue;
     double dense = kInfeasible, attention = kInfeasible, experts = kInfeasible;
@@ -236,14 +238,17 @@ absl::Status ConstructionEnv::Init() {
       static_cast<float>(std::log2(total_gpus_) / kLogScaleBits);
   double max_share = 0, min_share = 1, entropy = 0;
   for (int s = 0; s < kEnvTypeSlots; ++s) {
-    if (slot_type_[s] < 0) continue;
-    const double share = static_cast<double>(slot_gpus_[s]) / total_gpus_;
+    if (state_slot_gpus_[s] == 0) continue;
+    const double share =
+        static_cast<double>(state_slot_gpus_[s]) / total_gpus_;
     summary_[sf::kTypeShare + s] = static_cast<float>(share);
     max_share = std::max(max_share, share);
     min_share = std::min(min_share, share);
     entropy -= share * std::log(share);
   }
-  summary_[sf::kTypeCount] = static_cast<float>(types.size()) / kEnvTypeSlots;
+  summary_[sf::kTypeCount] =
+      static_cast<float>(std::min<int>(types.size(), kEnvTypeSlots)) /
+      kEnvTypeSlots;
   summary_[sf::kShareSpread] = static_cast<float>(max_share - min_share);
   summary_[sf::kShareEntropy] =
       static_cast<float>(entropy / std::log(double{kEnvTypeSlots}));
@@ -284,7 +289,7 @@ absl::Status ConstructionEnv::Init() {
   }
   // GPUs the layers need, on the placement that needs fewest.
   double model_gpus = kInfeasible;
-  for (int s = 0; s < kEnvTypeSlots; ++s) {
+  for (int s = 0; s < kEnvDeviceSlots; ++s) {
     for (int k = 0; k < kEnvTpSlots; ++k) {
       if (!tp_allowed_[s][k] || !(usable_bytes_[s] > 0)) continue;
       model_gpus = std::min(
@@ -320,8 +325,49 @@ absl::Status ConstructionEnv::Init() {
   return absl::OkStatus();
 }
 
+void ConstructionEnv::GroupTypeSlots(int types) {
+  // At most kEnvTypeSlots types: one type per type slot, its own features.
+  // More: consecutive runs of device slots (the rule in construction_env.h).
+  for (int s = 0; s < types; ++s) {
+    state_slot_[s] = types <= kEnvTypeSlots ? s : s * kEnvTypeSlots / types;
+  }
+  for (int g = 0; g < kEnvTypeSlots; ++g) {
+    std::array<float, kEnvTypeFeatures>& f = state_static_[g];
+    std::array<double, kEnvTypeFeatures> sum{};
+    std::array<double, kEnvTypeFeatures> weight{};
+    int gpus = 0;
+    int members = 0;
+    for (int s = 0; s < types; ++s) {
+      if (state_slot_[s] != g) continue;
+      ++members;
+      gpus += slot_gpus_[s];
+      for (int n : slot_nodes_[s]) state_slot_nodes_[g].push_back(n);
+      for (int i = 0; i < kEnvTypeFeatures; ++i) {
+        // A TP degree the type cannot run contributes nothing (its
+        // features are 0 there, as for a type slot on its own).
+        const bool per_tp = i >= tf::kRelativeSpeed && i < tf::kNodesOfSize;
+        const int k = per_tp ? (i - tf::kRelativeSpeed) % kEnvTpSlots : 0;
+        if (per_tp && !tp_allowed_[s][k]) continue;
+        sum[i] += static_cast<double>(slot_gpus_[s]) * static_[s][i];
+        weight[i] += slot_gpus_[s];
+      }
+    }
+    state_slot_gpus_[g] = gpus;
+    if (members == 0) continue;
+    if (members == 1) {
+      for (int s = 0; s < types; ++s)
+        if (state_slot_[s] == g) f = static_[s];
+      continue;
+    }
+    for (int i = 0; i < kEnvTypeFeatures; ++i)
+      f[i] = weight[i] > 0 ? static_cast<float>(sum[i] / weight[i]) : 0;
+    f[tf::kPresent] = 1;
+    f[tf::kShare] = static_cast<float>(gpus) / total_gpus_;
+  }
+}
+
 int ConstructionEnv::SlotOfType(int gpu_type) const {
-  for (int s = 0; s < kEnvTypeSlots; ++s) {
+  for (int s = 0; s < kEnvDeviceSlots; ++s) {
     if (slot_type_[s] == gpu_type && gpu_type >= 0) return s;
   }
   return -1;
@@ -342,7 +388,7 @@ int ConstructionEnv::StageCapacity() const {
   // k / m whichever node it lands on. The count is therefore exact for any
   // placement, which makes the masks' look-ahead exact.
   int capacity = 0;
-  for (int s = 0; s < kEnvTypeSlots; ++s) {
+  for (int s = 0; s < kEnvDeviceSlots; ++s) {
     if (min_tp_[s] == 0) continue;
     for (int n : slot_nodes_[s])
       capacity += scratch_.FreeOnNode(n) / min_tp_[s];
@@ -383,7 +429,7 @@ void ConstructionEnv::StartTemplate() {
 
 void ConstructionEnv::UpdateDeviceMask() {
   device_mask_.fill(0);
-  for (int s = 0; s < kEnvTypeSlots; ++s) {
+  for (int s = 0; s < kEnvDeviceSlots; ++s) {
     if (min_tp_[s] == 0) continue;
     device_mask_[s] =
         scratch_.LargestFreeOfType(slot_type_[s]) >= min_tp_[s] ? 1 : 0;
@@ -595,21 +641,28 @@ void ConstructionEnv::ComputeState() const {
   state_.fill(0);
   depth_rows_.fill(0);
   device_rows_.fill(0);
-  std::array<int, kEnvTypeSlots> largest{};
-  for (int s = 0; s < kEnvTypeSlots; ++s) {
+  // Largest free block on one node, per device slot.
+  std::array<int, kEnvDeviceSlots> largest{};
+  std::array<int, kEnvTypeSlots> state_free{};
+  for (int s = 0; s < kEnvDeviceSlots; ++s) {
     if (slot_type_[s] < 0) continue;
-    float* f = &state_[s * kEnvTypeFeatures];
-    std::copy(static_[s].begin(), static_[s].end(), f);
-    const int free = scratch_.FreeOfType(slot_type_[s]);
-    f[tf::kRemainingGpus] = static_cast<float>(free) / slot_gpus_[s];
+    for (int n : slot_nodes_[s])
+      largest[s] = std::max(largest[s], scratch_.FreeOnNode(n));
+    state_free[state_slot_[s]] += scratch_.FreeOfType(slot_type_[s]);
+  }
+  for (int g = 0; g < kEnvTypeSlots; ++g) {
+    if (state_slot_gpus_[g] == 0) continue;
+    float* f = &state_[g * kEnvTypeFeatures];
+    std::copy(state_static_[g].begin(), state_static_[g].end(), f);
+    f[tf::kRemainingGpus] =
+        static_cast<float>(state_free[g]) / state_slot_gpus_[g];
     int nodes_with_free = 0;
-    const float per_node = 1.0f / slot_nodes_[s].size();
-    for (int n : slot_nodes_[s]) {
+    const float per_node = 1.0f / state_slot_nodes_[g].size();
+    for (int n : state_slot_nodes_[g]) {
       const int f_n = scratch_.FreeOnNode(n);
       if (f_n == 0) continue;
       ++nodes_with_free;
       f[tf::kNodesOfSize + NodeBucket(f_n)] += per_node;
-      largest[s] = std::max(largest[s], f_n);
     }
     f[tf::kRemainingNodes] = nodes_with_free * per_node;
   }
@@ -627,10 +680,11 @@ void ConstructionEnv::ComputeState() const {
   g[gf::kStage] = static_cast<float>(stage) / kEnvMaxDepth;
   g[gf::kStagesLeft] = static_cast<float>(depth_ - stage) / kEnvMaxDepth;
   if (stage > 0) {
-    g[gf::kPreviousType + structure_slots_.back()] = 1;
+    g[gf::kPreviousType + state_slot_[structure_slots_.back()]] = 1;
     g[gf::kPreviousTp] = Log2Exact(structure_.back().tp) / 3.0f;
   }
-  if (pending_slot_ >= 0) g[gf::kPendingType + pending_slot_] = 1;
+  if (pending_slot_ >= 0)
+    g[gf::kPendingType + state_slot_[pending_slot_]] = 1;
   g[gf::kThroughput] = static_cast<float>(normalized_throughput());
   g[gf::kStageCapacity] = static_cast<float>(capacity_) / total_gpus_;
   for (int d = 1; d <= kEnvMaxDepth; ++d) {
@@ -656,7 +710,7 @@ void ConstructionEnv::ComputeState() const {
         static_cast<float>(std::log2(1.0 + free_total / a) / log_total);
     r[df::kLayersPerStage] = static_cast<float>(per_stage) / layers;
     double ratio = kMemoryRatioClip;
-    for (int s = 0; s < kEnvTypeSlots; ++s) {
+    for (int s = 0; s < kEnvDeviceSlots; ++s) {
       if (slot_type_[s] < 0) continue;
       const int tp = LargestAllowedTp(s, largest[s]);
       if (tp > 0) ratio = std::min(ratio, LayerMemoryRatio(s, tp, per_stage));
@@ -667,12 +721,13 @@ void ConstructionEnv::ComputeState() const {
   // Device candidates for the stage about to be chosen.
   const int d = std::max(depth_, 1);
   const int per_stage = (layers + d - 1) / d;
-  for (int s = 0; s < kEnvTypeSlots; ++s) {
+  for (int s = 0; s < kEnvDeviceSlots; ++s) {
     if (slot_type_[s] < 0) continue;
+    const int free = scratch_.FreeOfType(slot_type_[s]);
     float* r = &device_rows_[s * kEnvDeviceFeatures];
     r[vf::kPresent] = 1;
     r[vf::kLegal] = device_mask_[s];
-    r[vf::kRemainingGpus] = state_[s * kEnvTypeFeatures + tf::kRemainingGpus];
+    r[vf::kRemainingGpus] = static_cast<float>(free) / slot_gpus_[s];
     r[vf::kLargestBlock] = static_cast<float>(largest[s]) / 8;
     r[vf::kSameAsPrevious] =
         !structure_slots_.empty() && structure_slots_.back() == s ? 1 : 0;
@@ -689,10 +744,21 @@ void ConstructionEnv::ComputeState() const {
     r[vf::kMemoryRatio] = static_cast<float>(
         tp > 0 ? LayerMemoryRatio(s, tp, per_stage) : kMemoryRatioClip);
     r[vf::kFreeShare] =
-        free_total > 0
-            ? static_cast<float>(scratch_.FreeOfType(slot_type_[s])) /
-                  free_total
-            : 0;
+        free_total > 0 ? static_cast<float>(free) / free_total : 0;
+  }
+
+  // TP candidates for the pending type (its own features, not its group's).
+  tp_rows_.fill(0);
+  if (pending_slot_ >= 0) {
+    const std::array<float, kEnvTypeFeatures>& type = static_[pending_slot_];
+    namespace pf = env_tp_feature;
+    for (int k = 0; k < kEnvTpSlots; ++k) {
+      float* r = &tp_rows_[k * kEnvTpFeatures];
+      r[pf::kRelativeSpeed] = type[tf::kRelativeSpeed + k];
+      r[pf::kEffectiveSpeed] = type[tf::kEffectiveSpeed + k];
+      r[pf::kLayerMemory] = type[tf::kLayerMemory + k];
+      r[pf::kDegree + k] = 1;
+    }
   }
   state_valid_ = true;
 }
@@ -710,6 +776,12 @@ absl::Span<const float> ConstructionEnv::DepthCandidates() const {
 absl::Span<const float> ConstructionEnv::DeviceCandidates() const {
   if (!state_valid_) ComputeState();
   return absl::MakeConstSpan(device_rows_);
+}
+
+absl::Span<const float> ConstructionEnv::TpCandidates() const {
+  CHECK(head_ == EnvHead::kTp) << "TpCandidates off the TP head";
+  if (!state_valid_) ComputeState();
+  return absl::MakeConstSpan(tp_rows_);
 }
 
 }  // namespace arachne

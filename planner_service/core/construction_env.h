@@ -36,10 +36,23 @@
 
 namespace arachne {
 
-// GPU-type slots of the state. A cluster with more types present is
-// rejected by ConstructionEnv::Create. Slots are ordered by peak bf16 TFLOPS
-// (fastest first), then memory (largest first), then catalog index; slots
-// past the cluster's types are all zeros (presence bit 0).
+// Device slots: the device head's actions, one per GPU type present,
+// ordered by peak bf16 TFLOPS (fastest first), then memory (largest first),
+// then catalog index; slots past the cluster's types are empty (masked, all
+// features 0). A cluster with more types is rejected by
+// ConstructionEnv::Create (the default planner then plans with a search
+// that takes any number, planners.h).
+inline constexpr int kEnvDeviceSlots = 16;
+// Type slots of the state (the backbone's view of the cluster's types).
+// With at most 4 types present, type slot s is device slot s. With more,
+// the T types are grouped, in device-slot order, into 4 runs of consecutive
+// slots: device slot s is in group floor(4s / T) (T = 5: sizes 2, 1, 1, 1;
+// T = 8: 2, 2, 2, 2), and a type slot's features summarise its group: shares and
+// counts summed, speeds and memory averaged weighted by GPUs. No type is
+// lost: the device head still scores every type by its own row, and a
+// stage is always placed on one concrete type. The shipped policies were
+// trained on the 4-slot state, so the grouped view keeps their input
+// meaning ("the k-th fastest quarter of the cluster's types").
 inline constexpr int kEnvTypeSlots = 4;
 // TP degrees of the TP head: 1, 2, 4, 8 (action k is TP 2^k).
 inline constexpr int kEnvTpSlots = 4;
@@ -79,7 +92,7 @@ inline constexpr int kHeadTp = 5;
 inline constexpr int kDepth = 6;           // chosen depth / 16 (0: none)
 inline constexpr int kStage = 7;           // stage index / 16
 inline constexpr int kStagesLeft = 8;      // (depth - stage) / 16
-inline constexpr int kPreviousType = 9;    // [9, 13): one-hot slot
+inline constexpr int kPreviousType = 9;    // [9, 13): one-hot type slot
 inline constexpr int kPreviousTp = 13;     // log2(TP) / 3 of it
 inline constexpr int kPendingType = 14;    // [14, 18): one-hot (TP head)
 inline constexpr int kThroughput = 18;     // plan so far / reference
@@ -162,7 +175,18 @@ inline constexpr int kCount = 7;
 }  // namespace env_depth_feature
 inline constexpr int kEnvDepthFeatures = env_depth_feature::kCount;
 
-// Features of each device-head candidate (row = type slot), for the stage
+// Features of each TP-head candidate (row k = TP 2^k) for the pending
+// device slot's type.
+namespace env_tp_feature {
+inline constexpr int kRelativeSpeed = 0;  // the type's, at this TP
+inline constexpr int kEffectiveSpeed = 1;
+inline constexpr int kLayerMemory = 2;
+inline constexpr int kDegree = 3;  // [3, 7): one-hot of k
+inline constexpr int kCount = kDegree + kEnvTpSlots;
+}  // namespace env_tp_feature
+inline constexpr int kEnvTpFeatures = env_tp_feature::kCount;
+
+// Features of each device-head candidate (row = device slot), for the stage
 // about to be chosen.
 namespace env_device_feature {
 inline constexpr int kPresent = 0;
@@ -228,7 +252,7 @@ class ConstructionEnv {
   // model must outlive the environment. Errors: InvalidArgument naming the
   // config field and value (max_depth outside [1, 16], max_templates < 1,
   // infeasible_penalty < 0, fill_cache_entries < 0) or naming the cluster's type count when it
-  // exceeds kEnvTypeSlots; FailedPrecondition when no GPU type of the
+  // exceeds kEnvDeviceSlots; FailedPrecondition when no GPU type of the
   // cluster has a profile for any TP degree (no template can exist). The
   // environment starts reset.
   static absl::StatusOr<ConstructionEnv> Create(
@@ -251,7 +275,7 @@ class ConstructionEnv {
   //  - depth d legal iff 1 <= d <= Dmax and d <= the stages the free GPUs
   //    can hold (each type's smallest profiled TP per stage, counted node by
   //    node); STOP legal iff a template has been placed;
-  //  - slot legal iff its type has a node with its smallest profiled TP free
+  //  - device slot legal iff its type has a node with its smallest profiled TP free
   //    after the stages chosen so far;
   //  - TP k of the pending type legal iff profiled at micro-batch 1, <= the
   //    largest free block on one of its nodes, <= min(8, CostParams::max_tp)
@@ -260,14 +284,15 @@ class ConstructionEnv {
   const std::array<uint8_t, kEnvDepthActions>& DepthMask() const {
     return depth_mask_;
   }
-  const std::array<uint8_t, kEnvTypeSlots>& DeviceMask() const {
+  const std::array<uint8_t, kEnvDeviceSlots>& DeviceMask() const {
     return device_mask_;
   }
   const std::array<uint8_t, kEnvTpSlots>& TpMask() const { return tp_mask_; }
   // The mask of the acting head (empty when done).
   absl::Span<const uint8_t> LegalMask() const;
 
-  // Applies `action` of the acting head (depth: 0 STOP or d; device: slot;
+  // Applies `action` of the acting head (depth: 0 STOP or d; device: device
+  // slot;
   // TP: k for TP 2^k). CHECK-fails on an illegal action or when done.
   StepOutcome Step(int action);
 
@@ -284,8 +309,11 @@ class ConstructionEnv {
   }
   // Depth-head candidates: kEnvDepthActions rows of kEnvDepthFeatures.
   absl::Span<const float> DepthCandidates() const;
-  // Device-head candidates: kEnvTypeSlots rows of kEnvDeviceFeatures.
+  // Device-head candidates: kEnvDeviceSlots rows of kEnvDeviceFeatures.
   absl::Span<const float> DeviceCandidates() const;
+  // TP-head candidates: kEnvTpSlots rows of kEnvTpFeatures for the pending
+  // device slot's type; CHECK-fails unless the TP head acts.
+  absl::Span<const float> TpCandidates() const;
 
   // Legal depths (STOP excluded), for the training's forced feasible depth:
   // FeasibleDepth(k) for k in [0, FeasibleDepthCount()) in increasing order.
@@ -303,10 +331,13 @@ class ConstructionEnv {
   // (the random policy); returns the sum of the rewards from now on.
   double RunUniformEpisode(absl::BitGenRef rng);
 
-  // Catalog index of the type in `slot`, -1 for an empty slot.
+  // Catalog index of the type in device slot `slot`, -1 for an empty slot.
   int SlotType(int slot) const { return slot_type_[slot]; }
-  // Slot of catalog type `gpu_type`, -1 when absent.
+  // Device slot of catalog type `gpu_type`, -1 when absent.
   int SlotOfType(int gpu_type) const;
+  // Type slot of the state that summarises device slot `slot` (-1 for an
+  // empty slot); the identity with at most kEnvTypeSlots types.
+  int StateSlotOf(int slot) const { return state_slot_[slot]; }
   // Dmax in effect (config capped by the model's layers).
   int depth_limit() const { return depth_limit_; }
 
@@ -374,19 +405,31 @@ class ConstructionEnv {
   int depth_limit_ = 1;
   int total_gpus_ = 0;
 
-  // Per slot constants.
-  std::array<int, kEnvTypeSlots> slot_type_{};
-  std::array<int, kEnvTypeSlots> min_tp_{};  // 0: nothing profiled
-  std::array<std::array<uint8_t, kEnvTpSlots>, kEnvTypeSlots> tp_allowed_{};
-  std::array<std::array<float, kEnvTypeFeatures>, kEnvTypeSlots> static_{};
-  std::array<std::vector<int>, kEnvTypeSlots> slot_nodes_;
-  std::array<int, kEnvTypeSlots> slot_gpus_{};
+  // Per device slot constants.
+  std::array<int, kEnvDeviceSlots> slot_type_{};
+  std::array<int, kEnvDeviceSlots> state_slot_{};
+  std::array<int, kEnvDeviceSlots> min_tp_{};  // 0: nothing profiled
+  std::array<std::array<uint8_t, kEnvTpSlots>, kEnvDeviceSlots> tp_allowed_{};
+  // The type's own static features (the type-slot layout).
+  std::array<std::array<float, kEnvTypeFeatures>, kEnvDeviceSlots> static_{};
+  std::array<std::vector<int>, kEnvDeviceSlots> slot_nodes_;
+  std::array<int, kEnvDeviceSlots> slot_gpus_{};
   // Bytes of one average block per GPU at TP 2^k, for the memory ratios.
-  std::array<std::array<double, kEnvTpSlots>, kEnvTypeSlots> layer_bytes_{};
-  std::array<double, kEnvTypeSlots> usable_bytes_{};
+  std::array<std::array<double, kEnvTpSlots>, kEnvDeviceSlots> layer_bytes_{};
+  std::array<double, kEnvDeviceSlots> usable_bytes_{};
+  // Per type slot of the state: its static features (a device slot's own,
+  // or its group's summary), its device slots and their nodes and GPUs.
+  std::array<std::array<float, kEnvTypeFeatures>, kEnvTypeSlots>
+      state_static_{};
+  std::array<std::vector<int>, kEnvTypeSlots> state_slot_nodes_;
+  std::array<int, kEnvTypeSlots> state_slot_gpus_{};
   std::array<float, kEnvSummarySize> summary_{};
   std::array<float, kEnvModelSummarySize> model_summary_{};
   double reference_throughput_ = 1;
+
+  // Fills state_slot_ and the state_* arrays from the device slots' (the
+  // rule at kEnvTypeSlots).
+  void GroupTypeSlots(int types);
 
   // Episode.
   std::shared_ptr<const FilledPlan> empty_;    // no plan, every GPU free
@@ -404,13 +447,14 @@ class ConstructionEnv {
   std::vector<int> structure_slots_;
   StagePlacement placement_scratch_;
   std::array<uint8_t, kEnvDepthActions> depth_mask_{};
-  std::array<uint8_t, kEnvTypeSlots> device_mask_{};
+  std::array<uint8_t, kEnvDeviceSlots> device_mask_{};
   std::array<uint8_t, kEnvTpSlots> tp_mask_{};
   int64_t evaluations_ = 0;
   int64_t fills_ = 0;
   int64_t fill_cache_hits_ = 0;
 
-  // The fill cache: key = one byte per stage (slot * kEnvTpSlots + log2 TP,
+  // The fill cache: key = one byte per stage (device slot * kEnvTpSlots +
+  // log2 TP,
   // + 1) with a 0 after each template, over the whole episode; value = the
   // filled plan, nullptr when auto-fill rejected the template.
   std::string history_;  // key of the templates placed in this episode
@@ -422,7 +466,9 @@ class ConstructionEnv {
   mutable bool state_valid_ = false;
   mutable std::array<float, kEnvStateSize> state_{};
   mutable std::array<float, kEnvDepthActions * kEnvDepthFeatures> depth_rows_{};
-  mutable std::array<float, kEnvTypeSlots * kEnvDeviceFeatures> device_rows_{};
+  mutable std::array<float, kEnvDeviceSlots * kEnvDeviceFeatures>
+      device_rows_{};
+  mutable std::array<float, kEnvTpSlots * kEnvTpFeatures> tp_rows_{};
 };
 
 }  // namespace arachne

@@ -28,7 +28,7 @@ PolicyModelFactory& RegisteredFactory() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
 }
 
 // The most actions a head has (the depth head: STOP and 1..16).
-constexpr int kMaxActions = kEnvDepthActions;
+constexpr int kMaxActions = std::max(kEnvDepthActions, kEnvDeviceSlots);
 
 // Greedy decisions remembered per run (keyed by the action prefix, ~200
 // bytes each); the memo starts over when full.
@@ -370,7 +370,7 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
   // structural moves are shuffled with the run's generator.
   std::array<uint8_t, kMaxActions> legal{};
   std::vector<int> present_slots;
-  for (int slot = 0; slot < kEnvTypeSlots; ++slot)
+  for (int slot = 0; slot < kEnvDeviceSlots; ++slot)
     if (env->SlotType(slot) >= 0) present_slots.push_back(slot);
   auto descend = [&](std::vector<int>& current, double& current_time) {
     for (int pass = 0; pass < config_.refinement_passes; ++pass) {

@@ -219,7 +219,7 @@ class LearnedPlanner : public Planner {
   // draws from a generator seeded with options.seed, so a seed gives the
   // same plan when the budgets do not cut the run short. Errors:
   // FailedPrecondition (NoPolicyMessage) when no policy is available, the
-  // environment's error for a cluster it cannot hold (more than 4 GPU types,
+  // environment's error for a cluster it cannot hold (more than 16 GPU types,
   // nothing profiled), InvalidArgument for sampled_rollouts < 0, and
   // SearchTracker::Finish's FailedPrecondition when no rollout found a plan.
   // InvalidArgument too for refined_episodes, refinement_passes or

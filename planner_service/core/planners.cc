@@ -62,6 +62,19 @@ absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name) {
 
 DefaultPlannerChoice ChooseDefaultPlanner(const CostModel& cost_model) {
   DefaultPlannerChoice choice;
+  const int types =
+      static_cast<int>(cost_model.cluster().types_present().size());
+  if (types > kEnvDeviceSlots) {
+    // Neither the policy nor template-search can act on this cluster (the
+    // device head's slots); a baseline search takes any number of types.
+    choice.name = kManyTypesFallbackPlanner;
+    choice.planner = *MakePlanner(choice.name);
+    choice.fallback_reason = absl::StrCat(
+        "the cluster has ", types,
+        " GPU types; the learned planner and template-search take at most ",
+        kEnvDeviceSlots);
+    return choice;
+  }
   absl::StatusOr<std::unique_ptr<PolicyModel>> policy =
       MakeLearnedPolicy(cost_model);
   if (policy.ok()) {

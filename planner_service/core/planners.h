@@ -38,14 +38,16 @@ absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name);
 // --planner, a Plan or Replan request with options.planner "", a controller
 // job without planner.planner): "learned" when a learned policy serves the
 // cost model's model (LearnedPolicyServes), else "template-search", the
-// same search with a uniform policy.
+// same search with a uniform policy; on a cluster with more GPU types than
+// either takes (kEnvDeviceSlots), kManyTypesFallbackPlanner.
+inline constexpr char kManyTypesFallbackPlanner[] = "sailor";
 struct DefaultPlannerChoice {
   // Runs the choice on this cost model; for "learned" it holds the policy
   // the probe made, so the checkpoint is resolved once.
   std::unique_ptr<Planner> planner;
   std::string name;
   // "" for "learned"; else one line: `no learned policy serves model "M":
-  // <why>`.
+  // <why>`, or `the cluster has N GPU types; ...`.
   std::string fallback_reason;
 };
 DefaultPlannerChoice ChooseDefaultPlanner(const CostModel& cost_model);

@@ -18,7 +18,7 @@
 namespace arachne {
 namespace {
 
-constexpr int kMaxRows = kEnvDepthActions;
+constexpr int kMaxRows = std::max(kEnvDepthActions, kEnvDeviceSlots);
 constexpr int kMaxFeatures = kEnvDeviceFeatures;  // widest candidate row
 
 // One decision of a rollout, with everything the update needs to re-score
@@ -43,7 +43,7 @@ struct Rollout {
 
 int Rows(int head) {
   return head == 0 ? kEnvDepthActions
-                   : (head == 1 ? kEnvTypeSlots : kEnvTpSlots);
+                   : (head == 1 ? kEnvDeviceSlots : kEnvTpSlots);
 }
 
 double Uniform01(std::mt19937_64& rng) {

@@ -63,7 +63,7 @@ int HeadIndex(EnvHead head) {
 
 int HeadActions(int head) {
   return head == 0 ? kEnvDepthActions
-                   : (head == 1 ? kEnvTypeSlots : kEnvTpSlots);
+                   : (head == 1 ? kEnvDeviceSlots : kEnvTpSlots);
 }
 
 int HeadCandidates(const ConstructionEnv& env, std::vector<float>* out) {
@@ -80,22 +80,8 @@ int HeadCandidates(const ConstructionEnv& env, std::vector<float>* out) {
       return kEnvDeviceFeatures;
     }
     case EnvHead::kTp: {
-      absl::Span<const float> s = env.State();
-      int slot = 0;
-      for (int i = 1; i < kEnvTypeSlots; ++i) {
-        if (s[kEnvGlobalOffset + env_global_feature::kPendingType + i] >
-            s[kEnvGlobalOffset + env_global_feature::kPendingType + slot])
-          slot = i;
-      }
-      const float* type = &s[slot * kEnvTypeFeatures];
-      out->resize(kEnvTpSlots * kTpCandidateFeatures, 0.0f);
-      for (int k = 0; k < kEnvTpSlots; ++k) {
-        float* row = out->data() + k * kTpCandidateFeatures;
-        row[0] = type[env_type_feature::kRelativeSpeed + k];
-        row[1] = type[env_type_feature::kEffectiveSpeed + k];
-        row[2] = type[env_type_feature::kLayerMemory + k];
-        row[3 + k] = 1;
-      }
+      absl::Span<const float> rows = env.TpCandidates();
+      out->assign(rows.begin(), rows.end());
       return kTpCandidateFeatures;
     }
     case EnvHead::kDone:

@@ -48,10 +48,11 @@ inline int PolicyConditioningInputs(const PolicyNetworkConfig& c) {
   return kEnvSummarySize + (c.model_conditioned ? kEnvModelSummarySize : 0);
 }
 
-// Features of one TP-head candidate (TP 2^k of the pending type slot s),
-// read from the state: relative speed α, effective speed φ and layer memory
-// μ of slot s at TP 2^k, then the one-hot of k.
-inline constexpr int kTpCandidateFeatures = 7;
+// Features of one TP-head candidate (TP 2^k of the pending device slot's
+// type): relative speed α, effective speed φ and layer memory μ of the type
+// at TP 2^k, then the one-hot of k (ConstructionEnv::TpCandidates).
+inline constexpr int kTpCandidateFeatures = kEnvTpFeatures;
+static_assert(kTpCandidateFeatures == 7, "the shipped policies' TP rows");
 
 // Candidate features per row of each head (depth, device, TP).
 inline constexpr std::array<int, 3> kHeadFeatures = {
@@ -64,11 +65,11 @@ inline constexpr float kMaskedLogit = -1e9f;
 // Head index of the acting head: 0 depth, 1 device, 2 TP (CHECK-fails when
 // the episode is done).
 int HeadIndex(EnvHead head);
-// Actions of head `head` (17, 4, 4).
+// Actions of head `head` (17, kEnvDeviceSlots, 4).
 int HeadActions(int head);
 
 // The acting head's candidate rows of `env` (not done): depth 17 x 7,
-// device 4 x 9, TP 4 x kTpCandidateFeatures, appended row-major to
+// device kEnvDeviceSlots x 9, TP 4 x kTpCandidateFeatures, appended row-major to
 // `out` (cleared first). Returns the feature count per row.
 int HeadCandidates(const ConstructionEnv& env, std::vector<float>* out);
 

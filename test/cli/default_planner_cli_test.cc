@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,27 @@ TEST_F(DefaultPlannerCliTest, HeldOutModelIsPlannedByTheConditionedPolicy) {
   nlohmann::json info = nlohmann::json::parse(meta);
   for (const auto& m : info["training"]["models"])
     EXPECT_NE(m.get<std::string>(), "qwen3-8b");
+}
+
+// Five and eight GPU types in one pool: more than the state's 4 type slots.
+// The default is still the learned planner (the types grouped in the state,
+// none lost: the plan's stages span types of different groups), and it
+// answers within its latency budget.
+TEST_F(DefaultPlannerCliTest, FiveAndEightTypeClustersArePlannedByTheLearned) {
+  for (const char* cluster : {"mix5-52.yaml", "mix8-96.yaml"}) {
+    CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster",
+                    Example(cluster), "--format", "json"});
+    ASSERT_EQ(r.code, 0) << cluster << ": " << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["planner"], "learned") << cluster;
+    EXPECT_FALSE(j.contains("planner_fallback_reason")) << cluster;
+    EXPECT_GT(j["throughput_iters_per_s"].get<double>(), 0) << cluster;
+    std::set<std::string> types;
+    for (const auto& t : j["templates"])
+      for (const auto& st : t["stages"])
+        types.insert(st["gpu_type"].get<std::string>());
+    EXPECT_GE(types.size(), 3u) << cluster << ": " << r.out;
+  }
 }
 
 // An imported Hugging Face config.json (Mistral-7B: in no catalog, no

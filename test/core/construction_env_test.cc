@@ -89,7 +89,8 @@ TEST_F(ConstructionEnvTest, StateLayoutIsFixed) {
   ConstructionEnv env = Env(cm);
   EXPECT_EQ(env.State().size(), kEnvStateSize);
   EXPECT_EQ(env.DepthCandidates().size(), kEnvDepthActions * kEnvDepthFeatures);
-  EXPECT_EQ(env.DeviceCandidates().size(), kEnvTypeSlots * kEnvDeviceFeatures);
+  EXPECT_EQ(env.DeviceCandidates().size(),
+            kEnvDeviceSlots * kEnvDeviceFeatures);
   EXPECT_EQ(env.CompositionSummary().size(), kEnvSummarySize);
   // Slots by peak TFLOPS, whatever the node order.
   EXPECT_EQ(env.SlotType(kFastSlot), kFast);
@@ -246,7 +247,8 @@ TEST_F(ConstructionEnvTest, StateValuesOnAHandCheckedCluster) {
               ElementsAre(1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
   env.Step(2);
   EXPECT_EQ(env.head(), EnvHead::kDevice);
-  EXPECT_THAT(Mask(env.DeviceMask()), ElementsAre(1, 0, 0, 0));
+  EXPECT_THAT(Mask(env.DeviceMask()),
+              ElementsAre(1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
   s = env.State();
   EXPECT_FLOAT_EQ(s[kEnvGlobalOffset + gf::kHeadDevice], 1);
   EXPECT_FLOAT_EQ(s[kEnvGlobalOffset + gf::kDepth], 2.0f / 16);
@@ -330,7 +332,8 @@ TEST_F(ConstructionEnvTest, TpMaskLeavesRoomForTheStagesStillToChoose) {
   const CostModel& cm = Build(MakeCluster(catalog_, {{kFast, 2}}));
   ConstructionEnv env = Env(cm);
   env.Step(2);
-  EXPECT_THAT(Mask(env.DeviceMask()), ElementsAre(1, 0, 0, 0));
+  EXPECT_THAT(Mask(env.DeviceMask()),
+              ElementsAre(1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
   env.Step(kFastSlot);
   EXPECT_THAT(Mask(env.TpMask()), ElementsAre(1, 0, 0, 0));
 }

@@ -49,7 +49,9 @@ TEST(PolicyNetworkTest, ProbabilitiesRespectTheMaskAtEveryHead) {
     env.Reset();
     while (!env.done()) {
       absl::Span<const uint8_t> mask = env.LegalMask();
-      const size_t expected = env.head() == EnvHead::kDepth ? 17u : 4u;
+      const size_t expected = env.head() == EnvHead::kDepth    ? 17u
+                              : env.head() == EnvHead::kDevice ? 16u
+                                                               : 4u;
       ASSERT_EQ(mask.size(), expected);
       std::vector<float> p(mask.size(), -1);
       (*net)->ActionProbabilities(env, absl::MakeSpan(p));
