@@ -525,6 +525,22 @@ void Write(const std::string& out_dir, const std::vector<JoinRow>& rows,
   for (const JoinRow& r : rows) {
     md << "- " << r.node << ": " << r.plan_after << "\n";
   }
+  // The rule's own words: the gains it weighed, a type it never measured,
+  // the least gain (controller/decision.h).
+  md << "\nEach decision's reason:\n\n";
+  for (const JoinRow& r : rows) {
+    md << "- " << r.node << ": " << r.decision.verdict() << ": "
+       << r.decision.reason() << "\n";
+  }
+  int fell = 0;
+  for (const JoinRow& r : rows)
+    if (r.decision.generation() != 0 &&
+        r.tokens_per_s_after < r.tokens_per_s_before)
+      ++fell;
+  md << absl::StrFormat(
+      "\nSwitches after which the measured tokens/s fell below the plan left: "
+      "%d.\n",
+      fell);
   md << "\nThe paper (§7, Reconfiguration overhead): 19.2–21.5 s of stopped "
         "training per join on its hardware testbed (planner 2.16 s, release "
         "0.4–0.8 s, process-group rebuild 2.6–3.1 s, 5.2 GB per rank moved "
@@ -588,6 +604,15 @@ int main(int argc, char** argv) {
   if (scenario != "all" && scenario != "growth" && scenario != "churn") {
     std::fprintf(stderr, "live_join_bench: --scenario: growth, churn or all, got %s\n",
                  scenario.c_str());
+    return 2;
+  }
+  // The results directory is made here: an ofstream into a missing one
+  // writes nothing and says nothing.
+  std::error_code made;
+  std::filesystem::create_directories(out, made);
+  if (made) {
+    std::fprintf(stderr, "live_join_bench: --out %s: %s\n", out.c_str(),
+                 made.message().c_str());
     return 2;
   }
   const std::string dir = arachne::controller::testing::TempDir("live-join-bench");

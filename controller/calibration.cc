@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -209,6 +211,28 @@ absl::StatusOr<RunCorrections> OnlineCalibration::FromJson(
     }
   }
   return file->corrections;
+}
+
+std::vector<std::string> ImputeUnmeasuredTypes(
+    const std::vector<std::string>& types, RunCorrections* corrections) {
+  std::set<std::string> filled;
+  for (std::map<std::string, double>* scales :
+       {&corrections->compute_scale, &corrections->attention_scale,
+        &corrections->tp_comm_scale}) {
+    if (scales->empty()) continue;
+    double log_sum = 0;
+    for (const auto& [gpu, scale] : *scales) log_sum += std::log(scale);
+    const double fleet = std::exp(log_sum / scales->size());
+    for (const std::string& type : types) {
+      // Unmeasured means without a compute scale: the others are fitted
+      // only when asked for.
+      if (scales->emplace(type, fleet).second &&
+          scales == &corrections->compute_scale) {
+        filled.insert(type);
+      }
+    }
+  }
+  return std::vector<std::string>(filled.begin(), filled.end());
 }
 
 std::string DescribeCorrections(const RunCorrections& c) {

@@ -89,6 +89,16 @@ class OnlineCalibration {
   int min_iterations_;
 };
 
+// Fills the corrections of GPU types that never ran: each of `types` (canonical
+// ids) without a compute_scale entry gets the geometric mean of the
+// entries there (the fleet's correction: what its measured relatives
+// imply), and likewise for attention_scale and tp_comm_scale where those
+// have entries. Returns the types so filled, sorted; none when `corrections`
+// has no per-type entry to go on (then an unmeasured type stays raw, like
+// every other).
+std::vector<std::string> ImputeUnmeasuredTypes(
+    const std::vector<std::string>& types, RunCorrections* corrections);
+
 // One line naming every correction: "compute_scale A6000 412.300,
 // iteration_fixed 12.0 ms"; "" for none.
 std::string DescribeCorrections(const RunCorrections& corrections);

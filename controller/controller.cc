@@ -38,6 +38,21 @@ nlohmann::json TemplatesOf(const nlohmann::json& plan) {
   return t;
 }
 
+// The GPU types (catalog ids) of a plan file's stages.
+std::set<std::string> GpuTypesOf(const nlohmann::json& plan) {
+  std::set<std::string> types;
+  for (const nlohmann::json& t :
+       plan.value("templates", nlohmann::json::array())) {
+    for (const nlohmann::json& st :
+         t.value("stages", nlohmann::json::array())) {
+      auto type = st.find("gpu_type");
+      if (type != st.end() && type->is_string())
+        types.insert(type->get<std::string>());
+    }
+  }
+  return types;
+}
+
 v1::SwitchTimings TimingsToProto(int64_t generation, const std::string& outcome,
                                  const SwitchTimings& t,
                                  double migration_estimate_s) {
@@ -799,8 +814,18 @@ PlanQuery JobController::BaseQuery(const ClusterSpec& cluster,
     if (corrected != nullptr) *corrected = have_corrections_;
     if (have_corrections_) {
       // Memory corrections stay out: the answer's per-stage memory is the
-      // raw prediction the generation records keep.
-      q.training.calibration = CorrectionsToMessage(corrections_);
+      // raw prediction the generation records keep. A GPU type of the
+      // cluster that never ran is searched with its fleet's correction, not
+      // raw: raw, it would look as fast as its profile, and every corrected
+      // type slower beside it (decision.h, like with like).
+      RunCorrections searched = corrections_;
+      std::vector<std::string> types;
+      for (const v1::Node& n : cluster.nodes()) {
+        absl::StatusOr<int> t = catalog_.IndexOf(n.gpu());
+        if (t.ok()) types.push_back(catalog_.type(*t).id);
+      }
+      ImputeUnmeasuredTypes(types, &searched);
+      q.training.calibration = CorrectionsToMessage(searched);
       v1::Framework& fw = q.training.framework;
       if (corrections_.micro_batch_fixed_s) {
         fw.set_micro_batch_fixed_ms(*corrections_.micro_batch_fixed_s * 1e3);
@@ -970,6 +995,8 @@ void JobController::Replan(const std::string& trigger) {
   in.trigger = trigger;
   in.horizon_s = absl::ToDoubleSeconds(config_.job.horizon);
   in.fixed_cost_s = fixed_cost;
+  in.min_switch_gain = config_.job.switch_min_gain;
+  in.unmeasured_margin = config_.job.unmeasured_type_margin;
   for (const std::string& n : lost_nodes) {
     if (used.count(n) > 0) in.current_lost_gpu = true;
   }
@@ -1067,12 +1094,35 @@ void JobController::Replan(const std::string& trigger) {
   // decided on those (decision.h), the raw ones are recorded beside them.
   std::string corrected_note;
   if (answer.ok()) {
+    // Both plans priced with the same corrections, the new plan's GPU types
+    // that never ran with their fleet's (decision.h, like with like).
+    std::vector<const nlohmann::json*> plans = {&answer->new_plan.plan};
+    if (answer->current.feasible) plans.push_back(&answer->current.plan);
+    const std::optional<RunCorrections> corrections =
+        CorrectionsFor(plans, &in.new_unmeasured_types);
+    auto corrected = [&](const nlohmann::json& plan)
+        -> absl::StatusOr<std::optional<double>> {
+      if (!corrections.has_value()) return std::optional<double>();
+      absl::StatusOr<double> t = PricedThroughput(new_spec, plan, *corrections);
+      if (!t.ok()) return t.status();
+      return std::optional<double>(*t);
+    };
     absl::StatusOr<std::optional<double>> new_c =
-        CorrectedThroughput(new_spec, answer->new_plan.plan);
+        corrected(answer->new_plan.plan);
     absl::StatusOr<std::optional<double>> old_c =
         answer->current.feasible
-            ? CorrectedThroughput(new_spec, answer->current.plan)
+            ? corrected(answer->current.plan)
             : absl::StatusOr<std::optional<double>>(std::optional<double>(0.0));
+    {
+      absl::MutexLock lock(&mu_);
+      absl::Duration age;
+      in.switch_back_generation =
+          LeftWithinHorizon(answer->new_plan.plan, config_.job.horizon, &age);
+      in.switch_back_age_s = absl::ToDoubleSeconds(age);
+      auto current = records_.find(generation_);
+      if (current != records_.end())
+        in.measurement_noise = RelativeNoise(current->second.samples);
+    }
     // The planner searched on corrected costs: the raw throughputs are
     // priced here, so the record keeps both.
     absl::StatusOr<double> new_raw = in.new_throughput;
@@ -1375,6 +1425,7 @@ SwitchOutcome JobController::RunSwitch(
                                         : -1;
     StartMeasuring(n, target.cluster, target.plan, plan_json, first_iteration);
     absl::MutexLock lock(&mu_);
+    if (generation_ > 0) left_at_[generation_] = clock_->Now();
     generation_ = n;
     // The GPUs counted lost got their state from the survivors (or hold
     // none in the new plan).
@@ -1858,17 +1909,44 @@ void JobController::MaybeFit(bool force) {
   Emit("calibration", message, generation());
 }
 
-absl::StatusOr<std::optional<double>> JobController::CorrectedThroughput(
-    const ClusterSpec& spec, const nlohmann::json& plan_json) {
+std::optional<RunCorrections> JobController::CorrectionsFor(
+    const std::vector<const nlohmann::json*>& plans,
+    std::vector<std::string>* unmeasured) {
   RunCorrections corrections;
   {
     absl::MutexLock lock(&mu_);
-    if (!have_corrections_) return std::optional<double>();
+    if (!have_corrections_) return std::nullopt;
     corrections = corrections_;
   }
-  absl::StatusOr<double> t = PricedThroughput(spec, plan_json, corrections);
-  if (!t.ok()) return t.status();
-  return std::optional<double>(*t);
+  std::set<std::string> types;
+  for (const nlohmann::json* plan : plans) types.merge(GpuTypesOf(*plan));
+  const std::vector<std::string> filled = ImputeUnmeasuredTypes(
+      std::vector<std::string>(types.begin(), types.end()), &corrections);
+  // Those of the first plan (the new one) count against it.
+  const std::set<std::string> in_new = GpuTypesOf(*plans.front());
+  unmeasured->clear();
+  for (const std::string& type : filled)
+    if (in_new.count(type) > 0) unmeasured->push_back(type);
+  return corrections;
+}
+
+int64_t JobController::LeftWithinHorizon(const nlohmann::json& plan_json,
+                                         absl::Duration horizon,
+                                         absl::Duration* age) {
+  const nlohmann::json templates = TemplatesOf(plan_json);
+  const absl::Time now = clock_->Now();
+  int64_t found = 0;
+  for (const auto& [generation, left] : left_at_) {
+    if (generation == generation_ || now - left > horizon) continue;
+    auto record = records_.find(generation);
+    if (record == records_.end()) continue;
+    const nlohmann::json plan =
+        nlohmann::json::parse(record->second.plan_json, nullptr, false);
+    if (plan.is_discarded() || TemplatesOf(plan) != templates) continue;
+    found = generation;  // left_at_ is ordered: the latest wins
+    *age = now - left;
+  }
+  return found;
 }
 
 absl::StatusOr<double> JobController::PricedThroughput(

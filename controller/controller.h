@@ -205,11 +205,18 @@ class JobController {
   // was measured since the last fit and `force` or the refit interval
   // passed; a refused fit keeps the corrections in force.
   void MaybeFit(bool force);
-  // The throughput of `plan_json` on the cluster of `spec` with the
-  // corrections in force; nullopt when none are in force, an error when
-  // the plan cannot be priced.
-  absl::StatusOr<std::optional<double>> CorrectedThroughput(
-      const ClusterSpec& spec, const nlohmann::json& plan_json);
+  // The corrections in force, those of the GPU types of `plans` that never
+  // ran imputed (ImputeUnmeasuredTypes; `unmeasured` receives them);
+  // nullopt when none are in force.
+  std::optional<RunCorrections> CorrectionsFor(
+      const std::vector<const nlohmann::json*>& plans,
+      std::vector<std::string>* unmeasured);
+  // The generation whose plan has the templates of `plan_json` and which
+  // the job left less than `horizon` ago (the latest such), 0 for none;
+  // `age` receives how long ago.
+  int64_t LeftWithinHorizon(const nlohmann::json& plan_json,
+                            absl::Duration horizon, absl::Duration* age)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The throughput of `plan_json` on the cluster of `spec` with
   // `corrections` (none: the raw prediction), priced here.
   absl::StatusOr<double> PricedThroughput(const ClusterSpec& spec,
@@ -276,6 +283,9 @@ class JobController {
   // prediction of each generation with them.
   std::unique_ptr<OnlineCalibration> calibration_;  // set by Create
   std::map<int64_t, GenerationRecord> records_ ABSL_GUARDED_BY(mu_);
+  // When each generation was switched away from (this process's switches;
+  // the hysteresis of decision.h looks back one horizon).
+  std::map<int64_t, absl::Time> left_at_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::string> cluster_lines_ ABSL_GUARDED_BY(mu_);
   std::optional<IterationMeter> meter_ ABSL_GUARDED_BY(mu_);  // of generation_
   int64_t meter_generation_ ABSL_GUARDED_BY(mu_) = 0;

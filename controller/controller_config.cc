@@ -133,6 +133,20 @@ absl::StatusOr<JobSettings> ResolveJob(const v1::JobSpec& spec,
     }
     j.switch_fixed_cost_s = spec.switch_fixed_cost_s();
   }
+  // Fractions in [0, 1]: a gain or margin of more than 100% is a typo.
+  for (auto [present, value, name, field] :
+       {std::tuple{spec.has_switch_min_gain(), spec.switch_min_gain(),
+                   "switch_min_gain", &j.switch_min_gain},
+        std::tuple{spec.has_unmeasured_type_margin(),
+                   spec.unmeasured_type_margin(), "unmeasured_type_margin",
+                   &j.unmeasured_type_margin}}) {
+    if (!present) continue;
+    if (!(value >= 0 && value <= 1)) {
+      return FieldError(source, name,
+                        absl::StrCat("must be in [0, 1], got ", value));
+    }
+    *field = value;
+  }
   if (spec.has_flap_leaves()) {
     if (spec.flap_leaves() < 1) {
       return FieldError(source, "flap_leaves",

@@ -50,6 +50,10 @@ struct JobSettings {
   absl::Duration switch_timeout = absl::Seconds(120);
   absl::Duration horizon = absl::Seconds(3600);
   double switch_fixed_cost_s = 2;
+  // The keep-or-switch rule's least relative gain and the margin an
+  // unmeasured GPU type counts against a switch (controller/decision.h).
+  double switch_min_gain = 0.05;
+  double unmeasured_type_margin = 0.1;
   std::string checkpoint_dir;
   // Restore from here when an ungraceful leave took bytes no surviving GPU
   // holds; "" = stop training with an error then.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace arachne::controller {
 
@@ -43,9 +44,14 @@ Decision Decide(const DecisionInput& in) {
   d.fixed_cost_s = in.fixed_cost_s;
   d.downtime_estimate_s = in.migration_estimate_s + in.fixed_cost_s;
   d.horizon_s = in.horizon_s;
-  if (d.new_throughput > 0) {
-    d.gain_s = in.horizon_s * (d.new_throughput - d.old_throughput) /
-               d.new_throughput;
+  d.unmeasured_types = in.new_unmeasured_types;
+  d.new_throughput_counted =
+      in.new_unmeasured_types.empty()
+          ? d.new_throughput
+          : d.new_throughput / (1 + std::max(0.0, in.unmeasured_margin));
+  if (d.new_throughput_counted > 0) {
+    d.gain_s = in.horizon_s * (d.new_throughput_counted - d.old_throughput) /
+               d.new_throughput_counted;
   }
   const bool must = in.current_lost_gpu || !in.current_feasible;
   if (must) {
@@ -86,20 +92,53 @@ Decision Decide(const DecisionInput& in) {
                             "); the current one still fits");
     return d;
   }
+  const std::string unmeasured =
+      in.new_unmeasured_types.empty()
+          ? ""
+          : absl::StrFormat(
+                "; %s never measured: counted as %.3f it/s (%.0f%% margin)",
+                absl::StrJoin(in.new_unmeasured_types, ", "),
+                d.new_throughput_counted, 100 * in.unmeasured_margin);
+  const std::string rates =
+      absl::StrFormat("%.3f -> %.3f it/s%s%s", d.old_throughput,
+                      d.new_throughput, Basis(d), unmeasured);
+  if (d.old_throughput > 0) {
+    d.relative_gain = d.new_throughput_counted / d.old_throughput - 1;
+    d.gain_threshold = in.min_switch_gain;
+    if (in.switch_back_generation > 0) {
+      d.switch_back_generation = in.switch_back_generation;
+      d.gain_threshold = std::max(in.measurement_noise, in.min_switch_gain);
+      if (!(d.relative_gain > d.gain_threshold)) {
+        d.verdict = Verdict::kKeep;
+        d.reason = absl::StrFormat(
+            "the new plan is generation %d's, left %.0f s ago: switching "
+            "back within the %.0f s horizon needs a gain above %.1f%% (the "
+            "measurement's noise or the least gain), and it is %.1f%% (%s)",
+            in.switch_back_generation, in.switch_back_age_s, d.horizon_s,
+            100 * d.gain_threshold, 100 * d.relative_gain, rates);
+        return d;
+      }
+    } else if (!(d.relative_gain > d.gain_threshold)) {
+      d.verdict = Verdict::kKeep;
+      d.reason = absl::StrFormat(
+          "a predicted gain of %.1f%% (%s) is not above the least gain a "
+          "switch needs, %.1f%%",
+          100 * d.relative_gain, rates, 100 * d.gain_threshold);
+      return d;
+    }
+  }
   if (d.gain_s > d.downtime_estimate_s) {
     d.verdict = Verdict::kSwitch;
     d.reason = absl::StrFormat(
-        "gain %.3f s over the %.0f s horizon (%.3f -> %.3f it/s%s) beats the "
-        "estimated downtime %.3f s",
-        d.gain_s, d.horizon_s, d.old_throughput, d.new_throughput, Basis(d),
-        d.downtime_estimate_s);
+        "gain %.3f s over the %.0f s horizon (%s) beats the estimated "
+        "downtime %.3f s",
+        d.gain_s, d.horizon_s, rates, d.downtime_estimate_s);
   } else {
     d.verdict = Verdict::kKeep;
     d.reason = absl::StrFormat(
-        "gain %.3f s over the %.0f s horizon (%.3f -> %.3f it/s%s) does not "
-        "beat the estimated downtime %.3f s",
-        d.gain_s, d.horizon_s, d.old_throughput, d.new_throughput, Basis(d),
-        d.downtime_estimate_s);
+        "gain %.3f s over the %.0f s horizon (%s) does not beat the "
+        "estimated downtime %.3f s",
+        d.gain_s, d.horizon_s, rates, d.downtime_estimate_s);
   }
   return d;
 }

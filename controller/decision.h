@@ -21,6 +21,19 @@
 // and the verdict is decided on those: a raw prediction that is off by a
 // factor (CPU ranks standing in for GPUs, an untuned framework) would
 // otherwise weigh a gain in the wrong units against a measured downtime.
+//
+// Like with like: both plans are priced with the same corrections, and a
+// GPU type of the new plan that never ran (no fitted correction) is priced
+// with the correction its measured fleet implies (ImputeUnmeasuredTypes in
+// controller/calibration.h). That imputation is a guess, so the new plan's
+// throughput counts `unmeasured_margin` against the switch (divided by
+// 1 + margin) when it uses such a type. A switch the current plan does not
+// need must predict a relative gain above `min_switch_gain`: the cost
+// model's error, corrected, is several percent, so a smaller predicted gain
+// is as likely a loss. And a switch back to a plan the job left less than a
+// horizon ago must gain more than the measurement's noise too
+// (hysteresis): otherwise two plans of nearly equal speed would trade
+// places on every replan.
 #ifndef ARACHNE_CONTROLLER_DECISION_H_
 #define ARACHNE_CONTROLLER_DECISION_H_
 
@@ -62,6 +75,21 @@ struct DecisionInput {
   double migration_estimate_s = 0;
   double fixed_cost_s = 0;
   double horizon_s = 3600;
+  // GPU types of the new plan priced with an imputed correction (never
+  // measured), and what that uncertainty counts against the switch: the new
+  // throughput is divided by 1 + unmeasured_margin (>= 0).
+  std::vector<std::string> new_unmeasured_types;
+  double unmeasured_margin = 0.1;
+  // A switch the current plan does not need: its relative gain must exceed
+  // min_switch_gain. The new plan is the plan of generation
+  // `switch_back_generation` (> 0), which the job left `switch_back_age_s`
+  // ago, within the horizon: max(measurement_noise, min_switch_gain).
+  int64_t switch_back_generation = 0;
+  double switch_back_age_s = 0;
+  // Relative noise of the measured iteration time (median absolute
+  // deviation / median of the current generation's window); 0 = unknown.
+  double measurement_noise = 0;
+  double min_switch_gain = 0.05;
 };
 
 struct Decision {
@@ -80,6 +108,16 @@ struct Decision {
   double downtime_estimate_s = 0;
   double horizon_s = 0;
   double gain_s = 0;
+  // The new throughput the gain was computed with: new_throughput, divided
+  // by 1 + margin when it uses unmeasured types (else equal).
+  double new_throughput_counted = 0;
+  std::vector<std::string> unmeasured_types;
+  // The relative gain (counted new / old - 1) and the least one a switch
+  // needed (min_switch_gain, or for a switch back the noise if larger);
+  // both 0 where the rule did not get that far.
+  double relative_gain = 0;
+  double gain_threshold = 0;
+  int64_t switch_back_generation = 0;
   // How long it took: the planner call, and the whole decision from the
   // replan's start to the verdict (planner call included).
   double planning_s = 0;

@@ -65,6 +65,17 @@ double Median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+double RelativeNoise(const std::map<int64_t, double>& samples) {
+  if (samples.size() < 3) return 0;
+  std::vector<double> v;
+  v.reserve(samples.size());
+  for (const auto& [iteration, seconds] : samples) v.push_back(seconds);
+  const double median = Median(v);
+  if (!(median > 0)) return 0;
+  for (double& x : v) x = std::abs(x - median);
+  return Median(std::move(v)) / median;
+}
+
 double NodeMemoryRecord::MeasuredGibPerGpu() const {
   if (gpus <= 0 || peak_rss_bytes <= 0) return 0;
   return static_cast<double>(peak_rss_bytes) / gpus / (1 << 30);

@@ -67,6 +67,9 @@ class IterationMeter {
 // The median of `values`; 0 for none. The mean of the middle two for an
 // even count.
 double Median(std::vector<double> values);
+// Relative noise of iteration times: median absolute deviation / median of
+// the samples' seconds; 0 with fewer than 3 samples.
+double RelativeNoise(const std::map<int64_t, double>& samples);
 
 // Peak memory of one node of a generation's plan.
 struct NodeMemoryRecord {

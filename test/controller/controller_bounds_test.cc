@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "controller/controller.h"
+#include "controller/controller_config.h"
+#include "planner_service/io/gpu_catalog_io.h"
+#include "planner_service/io/model_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner_service/io/input_bounds.h"
@@ -508,6 +511,34 @@ TEST(BoundsAgent, TheAgentsNodeFlagFollowsTheNodeNameRule) {
                        "arachne-agent: --node: must be a node name of at most "
                        "253 bytes, got \"",
                        std::string(64, 'n'), "...\" (300 bytes)\n")));
+}
+
+// The keep-or-switch rule's fractions (decision.h) in a job file: in
+// [0, 1], else an error naming the field and the value.
+TEST(JobBounds, SwitchMinGainAndUnmeasuredTypeMarginAreFractions) {
+  absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog();
+  absl::StatusOr<std::vector<ModelSpec>> models = LoadModelCatalog();
+  ASSERT_TRUE(catalog.ok() && models.ok());
+  v1::JobSpec spec;
+  spec.mutable_model()->set_name("tiny-gpt");
+  spec.set_iterations(10);
+  absl::StatusOr<JobSettings> j = ResolveJob(spec, "job.yaml", *catalog, *models);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_DOUBLE_EQ(j->switch_min_gain, 0.05);
+  EXPECT_DOUBLE_EQ(j->unmeasured_type_margin, 0.1);
+  spec.set_switch_min_gain(0);
+  spec.set_unmeasured_type_margin(1);
+  j = ResolveJob(spec, "job.yaml", *catalog, *models);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_DOUBLE_EQ(j->switch_min_gain, 0);
+  EXPECT_DOUBLE_EQ(j->unmeasured_type_margin, 1);
+  spec.set_switch_min_gain(1.5);
+  EXPECT_EQ(ResolveJob(spec, "job.yaml", *catalog, *models).status().message(),
+            "job.yaml: switch_min_gain: must be in [0, 1], got 1.5");
+  spec.set_switch_min_gain(0.05);
+  spec.set_unmeasured_type_margin(std::nan(""));
+  EXPECT_EQ(ResolveJob(spec, "job.yaml", *catalog, *models).status().message(),
+            "job.yaml: unmeasured_type_margin: must be in [0, 1], got nan");
 }
 
 }  // namespace

@@ -61,6 +61,25 @@ struct Job {
   }
 };
 
+// A GPU type that never ran takes the geometric mean of the measured
+// types' scales; a measured one keeps its own.
+TEST(ImputeUnmeasuredTypes, TheFleetsCorrectionForATypeThatNeverRan) {
+  RunCorrections c;
+  c.compute_scale = {{"A100-40GB", 2.0}, {"H100-80GB", 8.0}};
+  c.tp_comm_scale = {{"H100-80GB", 3.0}};
+  EXPECT_THAT(ImputeUnmeasuredTypes({"A6000", "H100-80GB"}, &c),
+              ::testing::ElementsAre("A6000"));
+  EXPECT_DOUBLE_EQ(c.compute_scale.at("A6000"), 4.0);  // sqrt(2 * 8)
+  EXPECT_DOUBLE_EQ(c.compute_scale.at("H100-80GB"), 8.0);
+  EXPECT_DOUBLE_EQ(c.tp_comm_scale.at("A6000"), 3.0);
+  EXPECT_TRUE(c.attention_scale.empty());
+  // Nothing measured per type: nothing to go on, nothing filled.
+  RunCorrections none;
+  none.iteration_fixed_s = 0.01;
+  EXPECT_TRUE(ImputeUnmeasuredTypes({"A6000"}, &none).empty());
+  EXPECT_TRUE(none.compute_scale.empty());
+}
+
 TEST(OnlineCalibration, NothingMeasuredEnoughIsARefusalThatSaysWhy) {
   const Job job;
   OnlineCalibration cal(job.catalog, job.model, job.training, "", 3);

@@ -19,6 +19,8 @@ DecisionInput Join(double old_tp, double new_tp, double horizon_s,
   in.horizon_s = horizon_s;
   in.migration_estimate_s = estimate_s;
   in.fixed_cost_s = fixed_s;
+  // The paper's rule alone; the tests of the least gain set their own.
+  in.min_switch_gain = 0;
   return in;
 }
 
@@ -149,6 +151,88 @@ TEST(SwitchCostModel, LearnsTheFixedCostFromMeasuredSwitches) {
   m.Record(0.1, 0.5);  // faster than estimated: no negative cost
   EXPECT_DOUBLE_EQ(m.FixedCostSeconds(), 1.0);
   EXPECT_EQ(m.measured(), 3);
+}
+
+// Like with like (issue 35): a new plan on a GPU type that never ran is
+// priced with the fleet's correction, and that guess counts against it.
+TEST(Decision, AnUnmeasuredTypeCountsItsMarginAgainstTheSwitch) {
+  // 10 -> 10.5 it/s over an hour saves 171 s > 5 s: a switch...
+  DecisionInput in = Join(10, 10.5, 3600, 1, 4);
+  EXPECT_EQ(Decide(in).verdict, Verdict::kSwitch);
+  // ...unless the new plan's 10.5 rests on an A6000 correction imputed
+  // from the fleet: 10.5 / 1.1 = 9.545 it/s, slower than the current plan.
+  in.new_unmeasured_types = {"A6000"};
+  in.unmeasured_margin = 0.1;
+  Decision d = Decide(in);
+  EXPECT_EQ(d.verdict, Verdict::kKeep);
+  EXPECT_NEAR(d.new_throughput_counted, 10.5 / 1.1, 1e-12);
+  EXPECT_DOUBLE_EQ(d.new_throughput, 10.5);
+  EXPECT_THAT(d.unmeasured_types, ::testing::ElementsAre("A6000"));
+  EXPECT_EQ(d.reason,
+            "a predicted gain of -4.5% (10.000 -> 10.500 it/s; A6000 never "
+            "measured: counted as 9.545 it/s (10% margin)) is not above the "
+            "least gain a switch needs, 0.0%");
+  // A gain well past the margin still switches: 10 -> 13 counts 11.818.
+  in.new_throughput = 13;
+  d = Decide(in);
+  EXPECT_EQ(d.verdict, Verdict::kSwitch);
+  EXPECT_NEAR(d.gain_s, 3600 * (13 / 1.1 - 10) / (13 / 1.1), 1e-9);
+}
+
+// Hysteresis: going back to the plan the job left within the horizon needs
+// a gain above the measurement's noise, whatever the horizon would pay.
+TEST(Decision, ASwitchBackNeedsMoreThanTheNoise) {
+  DecisionInput in = Join(10, 10.6, 3600, 0, 0);  // +6%
+  in.switch_back_generation = 3;
+  in.switch_back_age_s = 120;
+  in.measurement_noise = 0.08;  // iterations vary by 8%
+  in.min_switch_gain = 0.05;
+  Decision d = Decide(in);
+  EXPECT_EQ(d.verdict, Verdict::kKeep);
+  EXPECT_EQ(d.switch_back_generation, 3);
+  EXPECT_DOUBLE_EQ(d.gain_threshold, 0.08);
+  EXPECT_EQ(d.reason,
+            "the new plan is generation 3's, left 120 s ago: switching back "
+            "within the 3600 s horizon needs a gain above 8.0% (the "
+            "measurement's noise or the least gain), and it is 6.0% "
+            "(10.000 -> 10.600 it/s)");
+  // Above the noise: back it goes.
+  in.new_throughput = 11;
+  EXPECT_EQ(Decide(in).verdict, Verdict::kSwitch);
+  // Noise unknown (0): the least gain, 5%, still holds a 4% gain back.
+  in.measurement_noise = 0;
+  in.new_throughput = 10.4;
+  d = Decide(in);
+  EXPECT_EQ(d.verdict, Verdict::kKeep);
+  EXPECT_DOUBLE_EQ(d.gain_threshold, 0.05);
+  // Not a switch back: the noise does not count, the least gain does.
+  in.switch_back_generation = 0;
+  in.measurement_noise = 0.08;
+  in.new_throughput = 10.6;
+  EXPECT_EQ(Decide(in).verdict, Verdict::kSwitch);
+  in.new_throughput = 10.4;
+  EXPECT_EQ(Decide(in).verdict, Verdict::kKeep);
+  // A plan that must change (lost GPU) ignores the hysteresis.
+  in.switch_back_generation = 3;
+  in.current_lost_gpu = true;
+  EXPECT_EQ(Decide(in).verdict, Verdict::kSwitch);
+}
+
+// The least gain: a predicted 0.2% gain saves 7 s over an hour, more than
+// 2 s of downtime, but the corrected cost model is not that accurate.
+TEST(Decision, ASwitchNeedsMoreThanTheLeastGain) {
+  DecisionInput in = Join(1.486, 1.489, 3600, 0, 2);
+  EXPECT_EQ(Decide(in).verdict, Verdict::kSwitch);  // the paper's rule
+  in.min_switch_gain = 0.05;
+  Decision d = Decide(in);
+  EXPECT_EQ(d.verdict, Verdict::kKeep);
+  EXPECT_NEAR(d.relative_gain, 1.489 / 1.486 - 1, 1e-12);
+  EXPECT_DOUBLE_EQ(d.gain_threshold, 0.05);
+  EXPECT_EQ(d.reason,
+            "a predicted gain of 0.2% (1.486 -> 1.489 it/s) is not above the "
+            "least gain a switch needs, 5.0%");
+  in.new_throughput = 1.6;  // +7.7%
+  EXPECT_EQ(Decide(in).verdict, Verdict::kSwitch);
 }
 
 }  // namespace

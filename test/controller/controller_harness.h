@@ -111,6 +111,9 @@ struct JobOptions {
   }
 };
 
+// switch_min_gain 0: these jobs test the switch machinery on the paper's
+// keep-or-switch rule; the least gain has its own tests (decision test,
+// live_join_bench).
 inline std::string JobYaml(const JobOptions& o) {
   return absl::StrCat(
       "model: {name: ", o.model, R"(}
@@ -121,6 +124,7 @@ iterations: )",
       "\njoin_window_s: ", o.join_window_s, "\nswitch_horizon_s: ", o.horizon_s,
       R"(
 switch_fixed_cost_s: 2
+switch_min_gain: 0
 timeouts: {lease_s: )",
       o.lease_s, R"(, transfer_round_s: 8, phase_s: 15, switch_s: 50}
 )",

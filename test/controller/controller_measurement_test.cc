@@ -35,6 +35,16 @@ TEST(Median, OfOddAndEvenCountsAndOfNone) {
   EXPECT_DOUBLE_EQ(Median({0.8, 0.81, 9.0, 0.79, 0.8}), 0.8);
 }
 
+TEST(RelativeNoise, MedianAbsoluteDeviationOverTheMedian) {
+  // Median 1.0 s; deviations 0, 0.1, 0.1, 0, 0.2 -> median 0.1.
+  EXPECT_NEAR(RelativeNoise({{1, 1.0}, {2, 1.1}, {3, 0.9}, {4, 1.0}, {5, 1.2}}),
+              0.1, 1e-12);
+  // An outlier moves it little: one 5 s iteration among 1 s ones.
+  EXPECT_DOUBLE_EQ(RelativeNoise({{1, 1.0}, {2, 1.0}, {3, 5.0}, {4, 1.0}}), 0);
+  // Too few samples to say.
+  EXPECT_DOUBLE_EQ(RelativeNoise({{1, 1.0}, {2, 2.0}}), 0);
+}
+
 TEST(IterationMeter, SkipsTheWarmUpAndThePreviousGenerationsIterations) {
   // Started after iteration 10 (the old plan paused there), 2 warm-up.
   IterationMeter m(/*first_iteration=*/10, /*warmup=*/2, /*window=*/4);
