@@ -344,7 +344,8 @@ DLPERF_ONEFLOW = {
 DLPERF_DEV = {"DP_8x1x1_16_1536x16", "2D_PP_2x4x4_512_2304x24"}  # Megatron only
 # The GPU columns of the README's `nvidia-smi topo -m` ("测试环境"), verbatim:
 # the DGX-1 hybrid cube-mesh. One NVLink 2 moves 25 GB/s per direction
-# (V100: 6 links, 300 GB/s both directions in all; FACTS.md s1).
+# (V100: 6 links, 300 GB/s both directions in all; cli99/llm-analysis
+# v100 config).
 DLPERF_TOPO = [
     "X   NV1 NV1 NV2 NV2 SYS SYS SYS",
     "NV1 X   NV2 NV1 SYS NV2 SYS SYS",

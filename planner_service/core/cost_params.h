@@ -24,13 +24,14 @@ struct CostParams {
   double selective_recompute_fwd_fraction = 0.15;
 
   // --- Communication --------------------------------------------------------
-  // Latency per ring step of a collective (NCCL tuning model, FACTS.md §2):
-  // network 9.6 us, plus a base of 8.4 us per collective.
+  // Latency per ring step of a collective (NCCL src/graph/tuning.cc tuning
+  // model, older release): network 9.6 us, plus a base of 8.4 us per
+  // collective.
   double network_step_latency_s = 9.6e-6;
   double intra_node_step_latency_s = 3.4e-6;
   double collective_base_latency_s = 8.4e-6;
   // Achieved fraction of the NIC line rate (100 Gb/s NIC -> 12.2 GB/s bus
-  // bandwidth measured, FACTS.md §2).
+  // bandwidth measured, nccl / nccl-tests issues).
   double nic_efficiency = 0.976;
   // Latency of one point-to-point activation send.
   double p2p_latency_s = 20e-6;

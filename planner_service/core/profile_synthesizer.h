@@ -66,10 +66,11 @@ struct CalibrationParams {
   double grad_accum_bytes_per_param = 8;
   // Achieved fraction of intra_node_gbps by ring all-gather/reduce-scatter
   // (8xA100 NVSwitch all-reduce bus bandwidth 200-232 of 300 GB/s, PCIe4
-  // about 24 of 32, FACTS.md section 2).
+  // about 24 of 32: nccl-tests all-reduce figures from nccl / nccl-tests
+  // issues).
   double comm_bw_eff = 0.75;
-  // NCCL tuning-model latencies (FACTS.md section 2): per collective base,
-  // and per ring step over NVLink / PCIe.
+  // NCCL tuning-model latencies (NCCL src/graph/tuning.cc, older release):
+  // per collective base, and per ring step over NVLink / PCIe.
   double collective_base_us = 8.4;
   double nvlink_step_us = 3.4;
   double pcie_step_us = 5.7;

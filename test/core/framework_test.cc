@@ -148,7 +148,8 @@ TEST_F(FrameworkCostTest, MegatronDeepSpeedStateAndBuckets) {
 
 TEST_F(FrameworkCostTest, MegatronFp32MainGradsOverride) {
   // Megatron's bf16 default: fp32 main_grad buffer and all-reduce, 18 B per
-  // parameter, 6 + 12 / d with the distributed optimizer (FACTS.md s3).
+  // parameter, 6 + 12 / d with the distributed optimizer (Megatron-LM
+  // distributed optimizer docs).
   const Cluster cluster = MakeCluster(catalog_, {{kFast, 2}});
   TrainingConfig training = testing::ToyTraining();
   ASSERT_TRUE(SetFrameworkField(training.framework, "grad_bytes_per_param", "4").ok());

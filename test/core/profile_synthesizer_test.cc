@@ -38,7 +38,7 @@ ModelSpec SmallMoe() {
   return m;
 }
 
-// H100-SXM5-80GB, FACTS.md section 1.
+// H100-SXM5-80GB, NVIDIA H100 datasheet.
 GpuType H100() {
   GpuType g;
   g.id = "H100-80GB";

@@ -108,7 +108,7 @@ TEST(GpuCatalogIoTest, FiguresFollowFactsAndBrief) {
   EXPECT_DOUBLE_EQ(Type(c, "V100-16GB").memory_gib, 16);
   for (const char* id : {"P100", "P40", "RTX-3090", "V100-16GB"}) {
     EXPECT_THAT(Type(c, id).source,
-                HasSubstr("NVIDIA datasheet (not in FACTS.md)"))
+                HasSubstr("NVIDIA datasheet: "))
         << id;
   }
   for (const char* id : {"H200", "B200", "A5000", "MI300X", "RTX-3090"}) {
