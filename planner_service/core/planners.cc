@@ -75,6 +75,18 @@ DefaultPlannerChoice ChooseDefaultPlanner(const CostModel& cost_model) {
         kEnvDeviceSlots);
     return choice;
   }
+  if (types > kEnvTypeSlots) {
+    // The policies never saw the grouped view of more types than type
+    // slots; on bench/many-types the uniform search did better (geomean
+    // 1.064 of the best baseline against the policy's 1.027, worst 0.896
+    // against 0.787: docs/planners.md).
+    choice.name = kLearnedFallbackPlanner;
+    choice.planner = *MakePlanner(choice.name);
+    choice.fallback_reason = absl::StrCat(
+        "the cluster has ", types, " GPU types; no learned policy was trained "
+        "on more than ", kEnvTypeSlots);
+    return choice;
+  }
   absl::StatusOr<std::unique_ptr<PolicyModel>> policy =
       MakeLearnedPolicy(cost_model);
   if (policy.ok()) {

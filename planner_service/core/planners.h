@@ -38,8 +38,10 @@ absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name);
 // --planner, a Plan or Replan request with options.planner "", a controller
 // job without planner.planner): "learned" when a learned policy serves the
 // cost model's model (LearnedPolicyServes), else "template-search", the
-// same search with a uniform policy; on a cluster with more GPU types than
-// either takes (kEnvDeviceSlots), kManyTypesFallbackPlanner.
+// same search with a uniform policy, which is also the default on a
+// cluster of more GPU types than the state's type slots (no policy was
+// trained on those); on a cluster with more GPU types than either takes
+// (kEnvDeviceSlots), kManyTypesFallbackPlanner.
 inline constexpr char kManyTypesFallbackPlanner[] = "sailor";
 struct DefaultPlannerChoice {
   // Runs the choice on this cost model; for "learned" it holds the policy
