@@ -1,6 +1,7 @@
 #include "planner_service/core/auto_fill.h"
 
 #include <algorithm>
+#include <vector>
 #include <cmath>
 #include <limits>
 
@@ -119,6 +120,36 @@ double AutoFill::ReselectExpertTilings(Plan& plan, int template_index,
                                        CostModel::PricingScratch* scratch) const {
   Template& t = plan.templates[template_index];
   double best = time;
+  // One tiling on every MoE stage that has it, first. The gradient sync is
+  // the slowest stage's, so a stage-by-stage pass cannot lower it: every
+  // other stage keeps its high-EDP tiling. Mixtral-8x7B on 2,048 GPUs: 16
+  // stages of TP-4 H100 priced 5.29 s with the stage-fastest tilings (EP 4
+  // x EDP 16 each), 2.52 s with one tiling of EDP 16 on all.
+  std::vector<ExpertTiling> joint;
+  for (int s = 0; s < t.depth(); ++s)
+    for (const ExpertTiling& x : options[s])
+      if (std::find(joint.begin(), joint.end(), x) == joint.end())
+        joint.push_back(x);
+  if (joint.size() > 1) {
+    std::vector<ExpertTiling> keep(t.depth());
+    for (int s = 0; s < t.depth(); ++s) keep[s] = t.stages[s].tiling;
+    for (const ExpertTiling& x : joint) {
+      bool changed = false;
+      for (int s = 0; s < t.depth(); ++s) {
+        const bool has = std::find(options[s].begin(), options[s].end(), x) !=
+                         options[s].end();
+        t.stages[s].tiling = has ? x : keep[s];
+        changed = changed || (has && !(x == keep[s]));
+      }
+      if (!changed) continue;
+      const double candidate = Price(plan, evaluations, scratch);
+      if (candidate < best) {
+        best = candidate;
+        for (int s = 0; s < t.depth(); ++s) keep[s] = t.stages[s].tiling;
+      }
+    }
+    for (int s = 0; s < t.depth(); ++s) t.stages[s].tiling = keep[s];
+  }
   for (int s = 0; s < t.depth(); ++s) {
     if (options[s].size() <= 1) continue;
     ExpertTiling keep = t.stages[s].tiling;

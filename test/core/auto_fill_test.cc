@@ -129,7 +129,8 @@ node_groups:
   const Template& second = two->plan.templates[1];
   EXPECT_EQ(second.replicas, 4);
   EXPECT_EQ(second.micro_batch_size, 16);
-  EXPECT_NEAR(two->iteration_time_s, 7.793, 0.001);
+  // 7.793 s before auto-fill also tried one expert tiling on every stage.
+  EXPECT_NEAR(two->iteration_time_s, 6.538, 0.001);
   Plan at8 = two->plan;
   at8.templates[1].micro_batch_size = 8;
   Infeasibility why = Infeasibility::kOk;
@@ -175,6 +176,43 @@ node_groups:
   auto capped = fill.Extend(Plan{}, NodePool(*cluster), two, nullptr, 8);
   ASSERT_TRUE(capped.ok()) << capped.status();
   EXPECT_EQ(capped->plan.templates[0].replicas, 8);
+}
+
+// The gradient sync is the slowest stage's, so the expert tilings are
+// also tried as one on every MoE stage: stage by stage, each stage kept the
+// other stages' high-EDP tiling and the sync could not fall. Mixtral-8x7B,
+// 16 stages of TP-4 H100 on a 2,048-GPU cluster (512 A100-40GB, 512 A6000,
+// 1,024 H100): 5.29 s per iteration with the stage-by-stage choice, 2.523
+// s with the joint one (sailor's plan of that structure: 3.18 s).
+TEST(AutoFillMoe, OneTilingOnEveryStageLowersTheGradientSync) {
+  auto catalog = LoadGpuCatalog();
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  auto cluster = ParseCluster(
+      "inter_node_gbps: 100\n"
+      "node_groups:\n"
+      "  - {gpu: A100-40GB, gpus_per_node: 4, count: 128}\n"
+      "  - {gpu: A6000, gpus_per_node: 4, count: 128}\n"
+      "  - {gpu: H100-80GB, gpus_per_node: 4, count: 256}\n",
+      "2048 GPUs", *catalog);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto model = ResolveModel("mixtral-8x7b");
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto ctx = PlanningContext::Create(*catalog, *model, {}, *cluster, "");
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  const CostModel& cm = (*ctx)->cost_model();
+  const int h100 = *catalog->IndexOf("H100-80GB");
+  const std::vector<StageChoice> structure(16, StageChoice{h100, 4});
+  auto filled = AutoFill(cm).Extend(Plan{}, NodePool(*cluster), structure);
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  EXPECT_TRUE(ValidatePlan(filled->plan, cm).ok());
+  const Template& t = filled->plan.templates[0];
+  EXPECT_EQ(t.replicas, 16);
+  // One tiling on all 16 stages, the sync over 16 expert copies.
+  for (const Stage& st : t.stages) {
+    EXPECT_EQ(st.tiling, t.stages[0].tiling);
+    EXPECT_EQ(st.tiling.edp, 16);
+  }
+  EXPECT_NEAR(filled->iteration_time_s, 2.523, 0.001);
 }
 
 }  // namespace
