@@ -78,8 +78,8 @@ DefaultPlannerChoice ChooseDefaultPlanner(const CostModel& cost_model) {
   if (types > kEnvTypeSlots) {
     // The policies never saw the grouped view of more types than type
     // slots; on bench/many-types the uniform search did better (geomean
-    // 1.064 of the best baseline against the policy's 1.027, worst 0.896
-    // against 0.787: docs/planners.md).
+    // 1.050 of the best baseline against the policy's 1.018: docs/
+    // planners.md).
     choice.name = kLearnedFallbackPlanner;
     choice.planner = *MakePlanner(choice.name);
     choice.fallback_reason = absl::StrCat(
