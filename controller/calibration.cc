@@ -215,7 +215,13 @@ absl::StatusOr<RunCorrections> OnlineCalibration::FromJson(
 
 std::vector<std::string> ImputeUnmeasuredTypes(
     const std::vector<std::string>& types, RunCorrections* corrections) {
-  std::set<std::string> filled;
+  // Unmeasured means without a compute scale: the others are fitted only
+  // when asked for.
+  std::set<std::string> unmeasured;
+  if (!corrections->compute_scale.empty()) {
+    for (const std::string& type : types)
+      if (!corrections->compute_scale.contains(type)) unmeasured.insert(type);
+  }
   for (std::map<std::string, double>* scales :
        {&corrections->compute_scale, &corrections->attention_scale,
         &corrections->tp_comm_scale}) {
@@ -223,16 +229,9 @@ std::vector<std::string> ImputeUnmeasuredTypes(
     double log_sum = 0;
     for (const auto& [gpu, scale] : *scales) log_sum += std::log(scale);
     const double fleet = std::exp(log_sum / scales->size());
-    for (const std::string& type : types) {
-      // Unmeasured means without a compute scale: the others are fitted
-      // only when asked for.
-      if (scales->emplace(type, fleet).second &&
-          scales == &corrections->compute_scale) {
-        filled.insert(type);
-      }
-    }
+    for (const std::string& type : types) scales->emplace(type, fleet);
   }
-  return std::vector<std::string>(filled.begin(), filled.end());
+  return std::vector<std::string>(unmeasured.begin(), unmeasured.end());
 }
 
 std::string DescribeCorrections(const RunCorrections& c) {

@@ -1425,7 +1425,15 @@ SwitchOutcome JobController::RunSwitch(
                                         : -1;
     StartMeasuring(n, target.cluster, target.plan, plan_json, first_iteration);
     absl::MutexLock lock(&mu_);
-    if (generation_ > 0) left_at_[generation_] = clock_->Now();
+    if (generation_ > 0) {
+      // Only the last horizon's are looked at (LeftWithinHorizon): older
+      // ones go, so a long job's switches do not pile up here.
+      const absl::Time now = clock_->Now();
+      std::erase_if(left_at_, [&](const auto& e) {
+        return now - e.second > config_.job.horizon;
+      });
+      left_at_[generation_] = now;
+    }
     generation_ = n;
     // The GPUs counted lost got their state from the survivors (or hold
     // none in the new plan).

@@ -283,8 +283,8 @@ class JobController {
   // prediction of each generation with them.
   std::unique_ptr<OnlineCalibration> calibration_;  // set by Create
   std::map<int64_t, GenerationRecord> records_ ABSL_GUARDED_BY(mu_);
-  // When each generation was switched away from (this process's switches;
-  // the hysteresis of decision.h looks back one horizon).
+  // When each generation was switched away from within the last horizon
+  // (this process's switches; the hysteresis of decision.h).
   std::map<int64_t, absl::Time> left_at_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::string> cluster_lines_ ABSL_GUARDED_BY(mu_);
   std::optional<IterationMeter> meter_ ABSL_GUARDED_BY(mu_);  // of generation_

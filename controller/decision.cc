@@ -102,30 +102,31 @@ Decision Decide(const DecisionInput& in) {
   const std::string rates =
       absl::StrFormat("%.3f -> %.3f it/s%s%s", d.old_throughput,
                       d.new_throughput, Basis(d), unmeasured);
+  const bool switch_back = in.switch_back_generation > 0;
   if (d.old_throughput > 0) {
     d.relative_gain = d.new_throughput_counted / d.old_throughput - 1;
-    d.gain_threshold = in.min_switch_gain;
-    if (in.switch_back_generation > 0) {
-      d.switch_back_generation = in.switch_back_generation;
-      d.gain_threshold = std::max(in.measurement_noise, in.min_switch_gain);
-      if (!(d.relative_gain > d.gain_threshold)) {
-        d.verdict = Verdict::kKeep;
-        d.reason = absl::StrFormat(
-            "the new plan is generation %d's, left %.0f s ago: switching "
-            "back within the %.0f s horizon needs a gain above %.1f%% (the "
-            "measurement's noise or the least gain), and it is %.1f%% (%s)",
-            in.switch_back_generation, in.switch_back_age_s, d.horizon_s,
-            100 * d.gain_threshold, 100 * d.relative_gain, rates);
-        return d;
-      }
-    } else if (!(d.relative_gain > d.gain_threshold)) {
-      d.verdict = Verdict::kKeep;
-      d.reason = absl::StrFormat(
-          "a predicted gain of %.1f%% (%s) is not above the least gain a "
-          "switch needs, %.1f%%",
-          100 * d.relative_gain, rates, 100 * d.gain_threshold);
-      return d;
-    }
+    d.gain_threshold =
+        switch_back ? std::max(in.measurement_noise, in.min_switch_gain)
+                    : in.min_switch_gain;
+    if (switch_back) d.switch_back_generation = in.switch_back_generation;
+  }
+  if (d.old_throughput > 0 && !(d.relative_gain > d.gain_threshold)) {
+    d.verdict = Verdict::kKeep;
+    d.reason =
+        switch_back
+            ? absl::StrFormat(
+                  "the new plan is generation %d's, left %.0f s ago: "
+                  "switching back within the %.0f s horizon needs a gain "
+                  "above %.1f%% (the measurement's noise or the least gain), "
+                  "and it is %.1f%% (%s)",
+                  in.switch_back_generation, in.switch_back_age_s,
+                  d.horizon_s, 100 * d.gain_threshold, 100 * d.relative_gain,
+                  rates)
+            : absl::StrFormat(
+                  "a predicted gain of %.1f%% (%s) is not above the least "
+                  "gain a switch needs, %.1f%%",
+                  100 * d.relative_gain, rates, 100 * d.gain_threshold);
+    return d;
   }
   if (d.gain_s > d.downtime_estimate_s) {
     d.verdict = Verdict::kSwitch;

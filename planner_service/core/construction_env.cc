@@ -336,10 +336,8 @@ void ConstructionEnv::GroupTypeSlots(int types) {
     std::array<double, kEnvTypeFeatures> sum{};
     std::array<double, kEnvTypeFeatures> weight{};
     int gpus = 0;
-    int members = 0;
     for (int s = 0; s < types; ++s) {
       if (state_slot_[s] != g) continue;
-      ++members;
       gpus += slot_gpus_[s];
       for (int n : slot_nodes_[s]) state_slot_nodes_[g].push_back(n);
       for (int i = 0; i < kEnvTypeFeatures; ++i) {
@@ -353,12 +351,9 @@ void ConstructionEnv::GroupTypeSlots(int types) {
       }
     }
     state_slot_gpus_[g] = gpus;
-    if (members == 0) continue;
-    if (members == 1) {
-      for (int s = 0; s < types; ++s)
-        if (state_slot_[s] == g) f = static_[s];
-      continue;
-    }
+    if (gpus == 0) continue;
+    // A type alone in its slot gets its own features back exactly (a float
+    // times a GPU count is exact in double, and so is the division).
     for (int i = 0; i < kEnvTypeFeatures; ++i)
       f[i] = weight[i] > 0 ? static_cast<float>(sum[i] / weight[i]) : 0;
     f[tf::kPresent] = 1;

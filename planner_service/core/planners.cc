@@ -61,59 +61,58 @@ absl::StatusOr<std::unique_ptr<Planner>> MakePlanner(absl::string_view name) {
 }
 
 DefaultPlannerChoice ChooseDefaultPlanner(const CostModel& cost_model) {
-  DefaultPlannerChoice choice;
+  // A search planner in place of the learned one, and why, in one line.
+  auto fallback = [](const char* name, std::string reason) {
+    for (char& c : reason)
+      if (c == '\n' || c == '\r') c = ' ';
+    return DefaultPlannerChoice{*MakePlanner(name), name, std::move(reason)};
+  };
   const int types =
       static_cast<int>(cost_model.cluster().types_present().size());
   if (types > kEnvDeviceSlots) {
     // Neither the policy nor template-search can act on this cluster (the
     // device head's slots); a baseline search takes any number of types.
-    choice.name = kManyTypesFallbackPlanner;
-    choice.planner = *MakePlanner(choice.name);
-    choice.fallback_reason = absl::StrCat(
-        "the cluster has ", types,
-        " GPU types; the learned planner and template-search take at most ",
-        kEnvDeviceSlots);
-    return choice;
+    return fallback(
+        kManyTypesFallbackPlanner,
+        absl::StrCat("the cluster has ", types,
+                     " GPU types; the learned planner and template-search "
+                     "take at most ",
+                     kEnvDeviceSlots));
   }
   if (types > kEnvTypeSlots) {
     // The policies never saw the grouped view of more types than type
     // slots; on bench/many-types the uniform search did better (geomean
     // 1.050 of the best baseline against the policy's 1.018: docs/
     // planners.md).
-    choice.name = kLearnedFallbackPlanner;
-    choice.planner = *MakePlanner(choice.name);
-    choice.fallback_reason = absl::StrCat(
-        "the cluster has ", types, " GPU types; no learned policy was trained "
-        "on more than ", kEnvTypeSlots);
-    return choice;
+    return fallback(kLearnedFallbackPlanner,
+                    absl::StrCat("the cluster has ", types,
+                                 " GPU types; no learned policy was trained "
+                                 "on more than ",
+                                 kEnvTypeSlots));
   }
   absl::StatusOr<std::unique_ptr<PolicyModel>> policy =
       MakeLearnedPolicy(cost_model);
-  if (policy.ok()) {
-    // The probe's policy serves the run on this cost model; a later run on
-    // another (or a second run) asks the registered factory again.
-    auto held =
-        std::make_shared<std::unique_ptr<PolicyModel>>(*std::move(policy));
-    const CostModel* probed = &cost_model;
-    PolicyModelFactory factory = [held, probed](const CostModel& cm)
-        -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
-      if (&cm == probed && *held != nullptr) return std::move(*held);
-      return MakeLearnedPolicy(cm);
-    };
-    choice.planner =
-        std::make_unique<LearnedPlanner>(LearnedPlannerConfig{}, factory);
-    choice.name = "learned";
-    return choice;
+  if (!policy.ok()) {
+    const std::string& model = cost_model.model().name;
+    return fallback(
+        kLearnedFallbackPlanner,
+        absl::StrCat("no learned policy serves model \"", model, "\": ",
+                     NoPolicyReason(model, policy.status().message())));
   }
-  choice.name = kLearnedFallbackPlanner;
-  choice.planner = *MakePlanner(choice.name);
-  const std::string& model = cost_model.model().name;
-  std::string why = NoPolicyReason(model, policy.status().message());
-  // One line, whatever the factory wrote.
-  for (char& c : why)
-    if (c == '\n' || c == '\r') c = ' ';
-  choice.fallback_reason =
-      absl::StrCat("no learned policy serves model \"", model, "\": ", why);
+  // The probe's policy serves the run on this cost model; a later run on
+  // another (or a second run) asks the registered factory again.
+  auto held =
+      std::make_shared<std::unique_ptr<PolicyModel>>(*std::move(policy));
+  const CostModel* probed = &cost_model;
+  PolicyModelFactory factory = [held, probed](const CostModel& cm)
+      -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
+    if (&cm == probed && *held != nullptr) return std::move(*held);
+    return MakeLearnedPolicy(cm);
+  };
+  DefaultPlannerChoice choice;
+  choice.planner =
+      std::make_unique<LearnedPlanner>(LearnedPlannerConfig{}, factory);
+  choice.name = "learned";
   return choice;
 }
 
