@@ -1,5 +1,6 @@
 // Plan evaluations per second (one core) and exact-planner runs on the
 // paper's clusters. Run: build/bench/planner_bench (see docs/benchmarks.md).
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -46,8 +47,12 @@ void BM_PlanEvaluation(benchmark::State& state, const char* model,
     benchmark::DoNotOptimize(sink);
   }
   state.SetItemsProcessed(state.iterations());
-  int stages = 0;
-  for (const Template& t : plan.templates) stages += t.depth();
+  int stages = 0, groups = 0;
+  for (const Template& t : plan.templates) {
+    stages += t.depth();
+    groups += t.depth() * t.replicas;
+  }
+  state.counters["tp_groups"] = groups;
   state.counters["templates"] = plan.templates.size();
   state.counters["stages"] = stages;
   state.counters["gpus"] = plan.used_gpus();
@@ -57,6 +62,36 @@ BENCHMARK_CAPTURE(BM_PlanEvaluation, llama3_8b_64gpu, "llama3-8b",
 BENCHMARK_CAPTURE(BM_PlanEvaluation, llama3_8b_512gpu, "llama3-8b",
                   "paper-512.yaml");
 BENCHMARK_CAPTURE(BM_PlanEvaluation, qwen3_32b_512gpu, "qwen3-32b",
+                  "paper-512.yaml");
+
+// What one candidate of a fill costs (AutoFill): the placement facts kept
+// in a PricingScratch, one layer moved between the first two stages of the
+// first template and back, the micro-batches rebalanced, the plan priced.
+void BM_PlanRepricing(benchmark::State& state, const char* model,
+                      const char* cluster) {
+  auto ctx = Context(model, cluster);
+  const CostModel& cm = ctx->cost_model();
+  Plan plan = FindPlan(cm, 20000);
+  CHECK_GE(plan.templates[0].depth(), 2);
+  Stage& first = plan.templates[0].stages[0];
+  Stage& second = plan.templates[0].stages[1];
+  CHECK_GE(second.num_layers(), 2);
+  CostModel::PricingScratch scratch;
+  double sink = 0;
+  int step = 0;
+  for (auto _ : state) {
+    const int move = (step++ % 2 == 0) ? 1 : -1;
+    first.layer_end += move;
+    second.layer_begin += move;
+    sink += cm.BalanceAndPrice(plan, nullptr, &scratch);
+    benchmark::DoNotOptimize(sink);
+  }
+  CHECK(std::isfinite(sink)) << "a repriced candidate did not fit";
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK_CAPTURE(BM_PlanRepricing, llama3_8b_512gpu, "llama3-8b",
+                  "paper-512.yaml");
+BENCHMARK_CAPTURE(BM_PlanRepricing, qwen3_32b_512gpu, "qwen3-32b",
                   "paper-512.yaml");
 
 // The exact planner with a fixed evaluation budget (deterministic): wall

@@ -28,7 +28,6 @@ double OverlappedTime(double compute_s, double comm_s, double slowdown) {
   if (comm_s >= compute_s * (1 + slowdown)) return comm_s;
   return compute_s + HiddenCommCost(comm_s, slowdown);
 }
-
 // Per-template work the balance and the pricing share: placement facts
 // (linear in the placement) and each template's slowest stage and sum of
 // stages per micro-batch. Inline for up to 16 templates (every planner but
@@ -45,6 +44,15 @@ struct CostModel::PlanWork {
   // overlapped gradient reduction hides behind).
   absl::InlinedVector<double, kMaxPricedDepth> stage_t;
 };
+
+namespace {
+// Copies of each expert shard over the whole plan: the stage's EDP in each
+// of its template's replicas, spread over every replica (at least 1).
+double ExpertCopies(const Stage& st, int template_replicas, int total_replicas) {
+  return std::max(1.0, static_cast<double>(st.tiling.edp) * total_replicas /
+                           template_replicas);
+}
+}  // namespace
 
 int Log2Exact(int v) {
   if (v <= 0 || (v & (v - 1)) != 0) return -1;
@@ -66,10 +74,12 @@ absl::StatusOr<CostModel> CostModel::Create(const GpuCatalog& catalog,
   cm.training_ = training;
   cm.params_ = params;
   cm.has_dense_layers_ = !model.is_moe() || model.moe.dense_first_layers > 0;
+  cm.sharding_ = training.EffectiveSharding();
   cm.iteration_flops_ = model.ModelTrainFlopsPerToken(training.seq_len) *
                         static_cast<double>(training.seq_len) *
                         training.global_batch;
   for (int i = 0; i < cluster.num_nodes(); ++i) {
+    cm.nic_gbps_.push_back(cluster.NicGBps(i));
     cm.nic_share_.push_back(cluster.NicGBps(i) * params.nic_efficiency /
                             cluster.node(i).num_gpus);
   }
@@ -155,14 +165,30 @@ int CostModel::CellIndex(int gpu_type, int tp_log2, int mbs_log2) const {
          mbs_log2;
 }
 
-const LayerCost& CostModel::Layer(LayerKind kind, int gpu_type, int tp,
-                                  int mbs) const {
+const CostModel::LayerRow& CostModel::Row(int gpu_type, int tp,
+                                          int mbs) const {
   const int tl = Log2Exact(tp), ml = Log2Exact(mbs);
   if (gpu_type < 0 || gpu_type >= catalog_->size() || tl < 0 ||
       tl > kMaxTpLog2 || ml < 0 || ml > kMaxMbsLog2) {
-    return absent_;
+    return absent_row_;
   }
-  return cells_[CellIndex(gpu_type, tl, ml)][static_cast<int>(kind)];
+  return cells_[CellIndex(gpu_type, tl, ml)];
+}
+
+const LayerCost& CostModel::Layer(LayerKind kind, int gpu_type, int tp,
+                                  int mbs) const {
+  return Row(gpu_type, tp, mbs)[static_cast<int>(kind)];
+}
+
+[[gnu::always_inline]] inline CostModel::StageCells CostModel::CellsOf(const Template& t, int s) const {
+  const Stage& st = t.stages[s];
+  StageCells c;
+  c.layers = &Row(st.gpu_type, st.tp, t.micro_batch_size);
+  c.n_moe = model_.MoeLayersIn(st.layer_begin, st.layer_end);
+  c.n_dense = st.num_layers() - c.n_moe;
+  c.experts = c.n_moe > 0 ? &Row(st.gpu_type, st.tiling.etp, t.micro_batch_size)
+                          : &absent_row_;
+  return c;
 }
 
 bool CostModel::Supports(int gpu_type, int tp, int mbs) const {
@@ -186,68 +212,87 @@ CostModel::PlacementFacts CostModel::FactsOf(const Template& t) const {
 }
 
 void CostModel::FillFacts(const Template& t, PlacementFacts& f) const {
-  const Cluster& cluster = *cluster_;
   const GpuCatalog& catalog = *catalog_;
-  const std::vector<double>& nic_share = nic_share_;
+  const double* nic_share = nic_share_.data();
+  const double* nic_gbps = nic_gbps_.data();
   const double p2p_nic_eff = params_.nic_efficiency;
   const bool full_tensor_sends = !training_.framework.pipeline_scatter_gather &&
                                  !training_.framework.sequence_parallel;
   const int d = t.depth();
-  for (int s = 0; s < d; ++s) {
-    f.stage_min_share[s] = kInfeasible;
-    f.boundary_gbps[s] = kInfeasible;
-    f.stage_single_node[s] = true;
-  }
-  for (int r = 0; r < t.replicas; ++r) {
-    for (int s = 0; s < d; ++s) {
-      const int node = t.at(r, s).node;
-      f.stage_min_share[s] = std::min(f.stage_min_share[s], nic_share[node]);
-      if (node != t.at(0, s).node) f.stage_single_node[s] = false;
-      if (s + 1 < d) {
-        const int next = t.at(r, s + 1).node;
-        double bw;
-        if (next == node) {
-          bw = catalog.type(t.stages[s].gpu_type).intra_node_gbps;
-        } else {
-          // The TP group's share of each node's NIC: every GPU of a node
-          // sends at the same time in the steady state.
-          bw = std::min(
-              std::min(nic_share[node] * t.stages[s].tp,
-                       nic_share[next] * t.stages[s + 1].tp),
-              std::min(cluster.NicGBps(node), cluster.NicGBps(next)) *
-                  p2p_nic_eff);
-          // Without the scatter/gather of the boundary activation (and
-          // without sequence parallelism, which shards it anyway) every TP
-          // rank sends the whole tensor through the same NIC: the group
-          // moves t copies.
-          if (full_tensor_sends) {
-            bw /= std::max(t.stages[s].tp, t.stages[s + 1].tp);
-          }
-        }
-        f.boundary_gbps[s] = std::min(f.boundary_gbps[s], bw);
-      }
-    }
-  }
+  const int replicas = t.replicas;
+  const StagePlacement* at = t.placement.data();  // at[r * d + s]
   // Members of each stage's data-parallel rings per node: one TP rank of
-  // every replica of stage s on a node belongs to the same ring.
-  thread_local std::vector<int> members;
-  if (members.size() < nic_share.size()) members.assign(nic_share.size(), 0);
+  // every replica of stage s on a node belongs to the same ring. A count
+  // is the current stage's when its mark is, so none is ever cleared.
+  struct RingCount {
+    uint64_t mark = 0;
+    int members = 0;
+  };
+  thread_local std::vector<RingCount> rings;
+  thread_local uint64_t mark = 0;
+  if (rings.size() < nic_share_.size()) rings.resize(nic_share_.size());
+  // Stage-major, so every fact of a stage comes from one pass over its
+  // replicas, and a second for its rings only when a node holds two of
+  // them (pricing is linear in the placement; on a 512-GPU plan this is a
+  // quarter of what pricing costs).
+  const int first_node = replicas > 0 && d > 0 ? at[0].node : -1;
+  bool one_node = first_node >= 0;
   f.min_ring_share = kInfeasible;
   for (int s = 0; s < d; ++s) {
-    for (int r = 0; r < t.replicas; ++r) ++members[t.at(r, s).node];
-    f.stage_ring_share[s] = kInfeasible;
-    for (int r = 0; r < t.replicas; ++r) {
-      const int node = t.at(r, s).node;
-      f.stage_ring_share[s] =
-          std::min(f.stage_ring_share[s], nic_share[node] * members[node]);
+    const Stage& st = t.stages[s];
+    const bool has_next = s + 1 < d;
+    const int tp_next = has_next ? t.stages[s + 1].tp : 0;
+    const double intra_gbps =
+        has_next ? catalog.type(st.gpu_type).intra_node_gbps : 0;
+    // Without the scatter/gather of the boundary activation (and without
+    // sequence parallelism, which shards it anyway) every TP rank sends
+    // the whole tensor through the same NIC: the group moves t copies.
+    const int copies = full_tensor_sends ? std::max(st.tp, tp_next) : 1;
+    const int stage_node = replicas > 0 ? at[s].node : -1;
+    double min_share = kInfeasible, boundary = kInfeasible;
+    bool single_node = true, shared_node = false;
+    ++mark;
+    for (int r = 0; r < replicas; ++r) {
+      const int node = at[r * d + s].node;
+      min_share = std::min(min_share, nic_share[node]);
+      single_node = single_node && node == stage_node;
+      RingCount& ring = rings[node];
+      ring.members = (ring.mark == mark ? ring.members : 0) + 1;
+      ring.mark = mark;
+      shared_node = shared_node || ring.members > 1;
+      if (!has_next) continue;
+      const int next = at[r * d + s + 1].node;
+      double bw;
+      if (next == node) {
+        bw = intra_gbps;
+      } else {
+        // The TP group's share of each node's NIC: every GPU of a node
+        // sends at the same time in the steady state.
+        bw = std::min(std::min(nic_share[node] * st.tp,
+                               nic_share[next] * tp_next),
+                      std::min(nic_gbps[node], nic_gbps[next]) * p2p_nic_eff);
+        if (full_tensor_sends) bw /= copies;
+      }
+      boundary = std::min(boundary, bw);
     }
-    for (int r = 0; r < t.replicas; ++r) members[t.at(r, s).node] = 0;
-    f.min_ring_share = std::min(f.min_ring_share, f.stage_ring_share[s]);
+    // A ring with k members on a node gets k GPUs' shares of its NIC
+    // (with one member per node, each node's share).
+    double ring_share = min_share;
+    if (shared_node) {
+      ring_share = kInfeasible;
+      for (int r = 0; r < replicas; ++r) {
+        const int node = at[r * d + s].node;
+        ring_share = std::min(ring_share, nic_share[node] * rings[node].members);
+      }
+    }
+    f.stage_min_share[s] = min_share;
+    f.boundary_gbps[s] = boundary;
+    f.stage_single_node[s] = single_node;
+    f.stage_ring_share[s] = ring_share;
+    f.min_ring_share = std::min(f.min_ring_share, ring_share);
+    one_node = one_node && single_node && stage_node == first_node;
   }
-  f.only_node = t.replicas > 0 && d > 0 ? t.at(0, 0).node : -1;
-  for (int r = 0; r < t.replicas && f.only_node >= 0; ++r)
-    for (int s = 0; s < d; ++s)
-      if (t.at(r, s).node != f.only_node) f.only_node = -1;
+  f.only_node = one_node ? first_node : -1;
 }
 
 Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
@@ -274,7 +319,9 @@ Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
   work.stage_t.clear();
   for (int j = 0; j < n; ++j) {
     for (int s = 0; s < plan.templates[j].depth(); ++s) {
-      const double ts = StageTimeTerms(plan, j, s, work.facts[j]).total();
+      const double ts = StageTimeTerms(plan, j, s, work.facts[j],
+                                       CellsOf(plan.templates[j], s))
+                            .total();
       if (!std::isfinite(ts)) return Infeasibility::kMissingProfile;
       work.stage_t.push_back(ts);
       work.max_t[j] = std::max(work.max_t[j], ts);
@@ -284,30 +331,32 @@ Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
   return Infeasibility::kOk;
 }
 
-CostModel::StageTerms CostModel::StageTimeTerms(
-    const Plan& plan, int t, int s, const PlacementFacts& f) const {
+// Inlined into the pricing loops, where the terms stay in registers.
+[[gnu::always_inline]] inline CostModel::StageTerms CostModel::StageTimeTerms(
+    const Plan& plan, int t, int s, const PlacementFacts& f,
+    const StageCells& cells) const {
   const Template& tmpl = plan.templates[t];
   StageTerms terms;
   const Stage& st = tmpl.stages[s];
   const int mbs = tmpl.micro_batch_size;
   const double h = model_.hidden;
-  const int n_moe = model_.MoeLayersIn(st.layer_begin, st.layer_end);
-  const int n_dense = st.num_layers() - n_moe;
+  const int n_moe = cells.n_moe;
+  const int n_dense = cells.n_dense;
+  const LayerRow& row = *cells.layers;
   auto inf = [] {
     StageTerms x;
     x.compute_s = kInfeasible;
     return x;
   };
   if (n_dense > 0) {
-    const LayerCost& c = Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs);
+    const LayerCost& c = row[static_cast<int>(LayerKind::kDense)];
     if (!c.present) return inf();
     terms.compute_s += n_dense * c.compute_s;
     terms.tp_comm_s += n_dense * c.tp_comm_s;
   }
   if (n_moe > 0) {
-    const LayerCost& a = Layer(LayerKind::kMoeAttention, st.gpu_type, st.tp, mbs);
-    const LayerCost& e =
-        Layer(LayerKind::kMoeExperts, st.gpu_type, st.tiling.etp, mbs);
+    const LayerCost& a = row[static_cast<int>(LayerKind::kMoeAttention)];
+    const LayerCost& e = (*cells.experts)[static_cast<int>(LayerKind::kMoeExperts)];
     if (!a.present || !e.present) return inf();
     const double scale = static_cast<double>(st.tiling.etp) / st.tp;
     terms.compute_s += n_moe * (a.compute_s + e.compute_s * scale);
@@ -328,13 +377,13 @@ CostModel::StageTerms CostModel::StageTimeTerms(
     }
   }
   if (s == 0) {
-    const LayerCost& c = Layer(LayerKind::kEmbedding, st.gpu_type, st.tp, mbs);
+    const LayerCost& c = row[static_cast<int>(LayerKind::kEmbedding)];
     if (!c.present) return inf();
     terms.compute_s += c.compute_s;
     terms.tp_comm_s += c.tp_comm_s;
   }
   if (s == tmpl.depth() - 1) {
-    const LayerCost& c = Layer(LayerKind::kLmHead, st.gpu_type, st.tp, mbs);
+    const LayerCost& c = row[static_cast<int>(LayerKind::kLmHead)];
     if (!c.present) return inf();
     terms.compute_s += c.compute_s;
     terms.tp_comm_s += c.tp_comm_s;
@@ -346,14 +395,14 @@ CostModel::StageTerms CostModel::StageTimeTerms(
   }
   const FrameworkConfig& fw = training_.framework;
   terms.fixed_s = fw.micro_batch_fixed_s;
-  if (training_.EffectiveSharding() == StateSharding::kParameters) {
+  if (sharding_ == StateSharding::kParameters) {
     int n = 0;
     for (const Template& x : plan.templates) n += x.replicas;
     if (n > 1) {
       // Every micro-batch all-gathers the stage's 16-bit weights for its
       // forward and again for its backward; prefetch hides what the
       // compute covers.
-      const StageParams sp = ParamsOf(tmpl, s);
+      const StageParams sp = ParamsOf(tmpl, s, cells);
       const bool intra = f.stage_single_node[s] && plan.templates.size() == 1;
       const double bw = intra ? catalog_->type(st.gpu_type).intra_node_gbps
                               : f.stage_ring_share[s];
@@ -373,56 +422,54 @@ CostModel::StageTerms CostModel::StageTimeTerms(
 }
 
 double CostModel::StageTime(const Plan& plan, int t, int s) const {
-  return StageTimeTerms(plan, t, s, FactsOf(plan.templates[t])).total();
+  return StageTimeTerms(plan, t, s, FactsOf(plan.templates[t]),
+                        CellsOf(plan.templates[t], s))
+      .total();
 }
 
-CostModel::StageParams CostModel::ParamsOf(const Template& t, int s) const {
+[[gnu::always_inline]] inline CostModel::StageParams CostModel::ParamsOf(const Template& t, int s,
+                                          const StageCells& cells) const {
   const Stage& st = t.stages[s];
-  const int mbs = t.micro_batch_size;
-  const int n_moe = model_.MoeLayersIn(st.layer_begin, st.layer_end);
-  const int n_dense = st.num_layers() - n_moe;
+  const LayerRow& row = *cells.layers;
   StageParams p;
-  if (n_dense > 0)
-    p.non_expert += n_dense * Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs).params;
-  if (n_moe > 0) {
-    p.non_expert +=
-        n_moe * Layer(LayerKind::kMoeAttention, st.gpu_type, st.tp, mbs).params;
-    p.expert += n_moe *
-                Layer(LayerKind::kMoeExperts, st.gpu_type, st.tiling.etp, mbs).params /
-                st.tiling.ep;
+  if (cells.n_dense > 0)
+    p.non_expert += cells.n_dense * row[static_cast<int>(LayerKind::kDense)].params;
+  if (cells.n_moe > 0) {
+    p.non_expert += cells.n_moe * row[static_cast<int>(LayerKind::kMoeAttention)].params;
+    p.expert += cells.n_moe * (*cells.experts)[static_cast<int>(LayerKind::kMoeExperts)].params / st.tiling.ep;
   }
-  if (s == 0)
-    p.non_expert += Layer(LayerKind::kEmbedding, st.gpu_type, st.tp, mbs).params;
-  if (s == t.depth() - 1)
-    p.non_expert += Layer(LayerKind::kLmHead, st.gpu_type, st.tp, mbs).params;
+  if (s == 0) p.non_expert += row[static_cast<int>(LayerKind::kEmbedding)].params;
+  if (s == t.depth() - 1) p.non_expert += row[static_cast<int>(LayerKind::kLmHead)].params;
   return p;
 }
 
 StageMemory CostModel::StageMemoryOf(const Plan& plan, int t, int s) const {
-  return MemoryWithParams(plan, t, s, ParamsOf(plan.templates[t], s));
+  const StageCells cells = CellsOf(plan.templates[t], s);
+  return MemoryWithParams(plan, t, s, ParamsOf(plan.templates[t], s, cells),
+                          cells);
 }
 
-StageMemory CostModel::MemoryWithParams(const Plan& plan, int t, int s,
-                                        const StageParams& params) const {
+[[gnu::always_inline]] inline StageMemory CostModel::MemoryWithParams(const Plan& plan, int t, int s,
+                                        const StageParams& params,
+                                        const StageCells& cells) const {
   const Template& tmpl = plan.templates[t];
   const Stage& st = tmpl.stages[s];
-  const int mbs = tmpl.micro_batch_size;
   int total_replicas = 0;
   for (const Template& x : plan.templates) total_replicas += x.replicas;
-  const int n_moe = model_.MoeLayersIn(st.layer_begin, st.layer_end);
-  const int n_dense = st.num_layers() - n_moe;
+  const int n_moe = cells.n_moe;
+  const int n_dense = cells.n_dense;
+  const LayerRow& row = *cells.layers;
   const double p_ne = params.non_expert, p_e = params.expert;
   // `block_full`: the largest block's activations without recomputation.
   double act = 0, block_full = 0, extra_act = 0;
   if (n_dense > 0) {
-    const LayerCost& c = Layer(LayerKind::kDense, st.gpu_type, st.tp, mbs);
+    const LayerCost& c = row[static_cast<int>(LayerKind::kDense)];
     act += n_dense * c.activation_bytes;
     block_full = c.full_activation_bytes;
   }
   if (n_moe > 0) {
-    const LayerCost& a = Layer(LayerKind::kMoeAttention, st.gpu_type, st.tp, mbs);
-    const LayerCost& e =
-        Layer(LayerKind::kMoeExperts, st.gpu_type, st.tiling.etp, mbs);
+    const LayerCost& a = row[static_cast<int>(LayerKind::kMoeAttention)];
+    const LayerCost& e = (*cells.experts)[static_cast<int>(LayerKind::kMoeExperts)];
     const double scale = static_cast<double>(st.tiling.etp) / st.tp;
     act += n_moe * (a.activation_bytes + e.activation_bytes * scale);
     block_full = std::max(block_full, a.full_activation_bytes +
@@ -436,23 +483,24 @@ StageMemory CostModel::MemoryWithParams(const Plan& plan, int t, int s,
       training_.recompute == Recompute::kFull ? block_full : 0;
   if (s == 0) {
     extra_act +=
-        Layer(LayerKind::kEmbedding, st.gpu_type, st.tp, mbs).activation_bytes;
+        row[static_cast<int>(LayerKind::kEmbedding)].activation_bytes;
   }
   if (s == tmpl.depth() - 1) {
     // Logits of the one micro-batch in the loss.
     extra_act +=
-        Layer(LayerKind::kLmHead, st.gpu_type, st.tp, mbs).activation_bytes;
+        row[static_cast<int>(LayerKind::kLmHead)].activation_bytes;
   }
   const FrameworkConfig& fw = training_.framework;
-  const StateSharding sharding = training_.EffectiveSharding();
-  const double edp_all = std::max(
-      1.0, static_cast<double>(st.tiling.edp) * total_replicas / tmpl.replicas);
+  const StateSharding sharding = sharding_;
   // Each part of the state is held whole, or 1/d of it when the framework
   // shards it over the data-parallel group (d = every replica for the
-  // non-expert parameters, the EDP copies for the experts).
+  // non-expert parameters, the EDP copies for the experts; a stage without
+  // experts skips their division).
+  const double shard =
+      p_ne / total_replicas +
+      (p_e > 0 ? p_e / ExpertCopies(st, tmpl.replicas, total_replicas) : 0.0);
   auto held = [&](double bytes_per_param, StateSharding from) {
-    if (sharding >= from)
-      return bytes_per_param * (p_ne / total_replicas + p_e / edp_all);
+    if (sharding >= from) return bytes_per_param * shard;
     return bytes_per_param * (p_ne + p_e);
   };
   double state_bytes =
@@ -514,6 +562,12 @@ Infeasibility CostModel::BalanceWith(Plan& plan, const PlanWork& work) const {
     return samples;
   };
   absl::InlinedVector<int64_t, 64> m(n, 0);
+  // Micro-batches of every template's busiest replica together.
+  auto steps = [&] {
+    int64_t k = 0;
+    for (int j = 0; j < n; ++j) k += m[j];
+    return k;
+  };
   double lo = 0, hi = 0;
   for (int j = 0; j < n; ++j) {
     const Template& t = plan.templates[j];
@@ -522,9 +576,23 @@ Infeasibility CostModel::BalanceWith(Plan& plan, const PlanWork& work) const {
   if (capacity(lo, m) >= batch) {
     hi = lo;
   } else {
-    for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
+    // Bisection, done once (lo, hi] holds a single step of one template:
+    // then hi has the micro-batches of the smallest time, whatever its
+    // exact value. Ties (steps of several templates at the same time) end
+    // on the width instead.
+    int64_t steps_lo = steps();
+    capacity(hi, m);
+    int64_t steps_hi = steps();
+    for (int it = 0;
+         it < 60 && steps_hi - steps_lo > 1 && hi - lo > 1e-9 * hi; ++it) {
       const double mid = 0.5 * (lo + hi);
-      if (capacity(mid, m) >= batch) hi = mid; else lo = mid;
+      if (capacity(mid, m) >= batch) {
+        hi = mid;
+        steps_hi = steps();
+      } else {
+        lo = mid;
+        steps_lo = steps();
+      }
     }
   }
   int64_t samples = capacity(hi, m);
@@ -633,7 +701,18 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
   // Stage times already priced for the balance are not priced again.
   const bool timed = !work.max_t.empty();
   const FrameworkConfig& fw = training_.framework;
-  const StateSharding sharding = training_.EffectiveSharding();
+  const StateSharding sharding = sharding_;
+  // What every stage's gradient sync and optimizer step share.
+  const double replicas_moved = 2.0 * (total_replicas - 1.0) / total_replicas;
+  // Sharded gradients are reduce-scattered (half an all-reduce's traffic);
+  // whole ones all-reduced.
+  const double reduce_share = sharding >= StateSharding::kGradients ? 0.5 : 1.0;
+  // Adam step, memory-bound, over the shard each GPU updates; fp16 also
+  // reads the gradients once for the loss scaler's inf/NaN check.
+  const bool opt_sharded = sharding >= StateSharding::kOptimizer;
+  double step_bytes = fw.optimizer_step_bytes_per_param;
+  if (training_.precision == Precision::kFp16)
+    step_bytes += fw.grad_bytes_per_param;
 
   if (detail) {
     detail->stage_memory.assign(plan.templates.size(), {});
@@ -649,8 +728,10 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
     for (int s = 0; s < d; ++s) {
       const Stage& st = t.stages[s];
       // Memory first: an OOM plan is never priced.
-      const StageParams sp = ParamsOf(t, s);
-      StageMemory mem = MemoryWithParams(plan, static_cast<int>(j), s, sp);
+      const StageCells cells = CellsOf(t, s);
+      const StageParams sp = ParamsOf(t, s, cells);
+      StageMemory mem =
+          MemoryWithParams(plan, static_cast<int>(j), s, sp, cells);
       if (detail) {
         detail->stage_memory[j].push_back(mem);
         detail->max_memory_gib = std::max(detail->max_memory_gib, mem.total_gib());
@@ -662,7 +743,9 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
       if (timed) {
         stage_s = work.stage_t[stage_index++];
       } else {
-        stage_s = StageTimeTerms(plan, static_cast<int>(j), s, facts[j]).total();
+        stage_s =
+            StageTimeTerms(plan, static_cast<int>(j), s, facts[j], cells)
+                .total();
         if (!std::isfinite(stage_s)) return fail(Infeasibility::kMissingProfile);
         max_t = std::max(max_t, stage_s);
         sum_t += stage_s;
@@ -680,21 +763,24 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
                        : std::min(facts[j].stage_ring_share[s], plan_min_ring_share));
       const double step_latency = intra ? params_.intra_node_step_latency_s
                                         : params_.network_step_latency_s;
-      auto ring = [&](double bytes, double n) {
+      // A ring all-reduce over n members moves 2 (n - 1) / n of the bytes
+      // (`moved`, given: the replicas' is the same for every stage).
+      auto ring = [&](double bytes, double n, double moved) {
         if (n <= 1 || bytes <= 0) return 0.0;
         return params_.collective_base_latency_s +
-               2.0 * (n - 1) * step_latency +
-               2.0 * (n - 1) / n * bytes / (bw * 1e9);
+               2.0 * (n - 1) * step_latency + moved * bytes / (bw * 1e9);
       };
-      const double edp_all = std::max(
-          1.0, static_cast<double>(st.tiling.edp) * total_replicas / t.replicas);
-      // Sharded gradients are reduce-scattered (half an all-reduce's
-      // traffic); whole ones all-reduced.
-      const double reduce_share =
-          sharding >= StateSharding::kGradients ? 0.5 : 1.0;
+      // Experts, only on stages that hold some.
+      const double edp_all =
+          p_e > 0 ? ExpertCopies(st, t.replicas, total_replicas) : 1.0;
+      const double g_experts =
+          p_e > 0 ? ring(p_e * fw.grad_reduce_bytes_per_param, edp_all,
+                         2.0 * (edp_all - 1) / edp_all)
+                  : 0.0;
       double g = reduce_share *
-                 (ring(p_ne * fw.grad_reduce_bytes_per_param, total_replicas) +
-                  ring(p_e * fw.grad_reduce_bytes_per_param, edp_all));
+                 (ring(p_ne * fw.grad_reduce_bytes_per_param, total_replicas,
+                       replicas_moved) +
+                  g_experts);
       if (fw.overlap_grad_reduce) {
         // Buckets reduce while the last micro-batch's backward runs: about
         // two thirds of the stage's time per micro-batch, slowed while the
@@ -704,16 +790,11 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
             backward;
       }
       worst_sync = std::max(worst_sync, g);
-      // Adam step, memory-bound, over the shard this GPU updates; fp16
-      // also reads the gradients once for the loss scaler's inf/NaN check.
-      const bool opt_sharded = sharding >= StateSharding::kOptimizer;
       const double dist_ne = opt_sharded ? total_replicas : 1;
       const double dist_e = opt_sharded ? edp_all : 1;
-      double step_bytes = fw.optimizer_step_bytes_per_param;
-      if (training_.precision == Precision::kFp16)
-        step_bytes += fw.grad_bytes_per_param;
-      const double opt = (p_ne / dist_ne + p_e / dist_e) * step_bytes /
-                         (catalog_->type(st.gpu_type).hbm_gbps * 1e9);
+      const double opt =
+          (p_ne / dist_ne + (p_e > 0 ? p_e / dist_e : 0.0)) * step_bytes /
+          (catalog_->type(st.gpu_type).hbm_gbps * 1e9);
       worst_opt = std::max(worst_opt, opt);
     }
     if (timed) {
@@ -752,7 +833,8 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
     double max_t = 0, sum_t = 0;
     std::vector<StageTerms> terms;
     for (int s = 0; s < t.depth(); ++s) {
-      terms.push_back(StageTimeTerms(plan, critical, s, facts[critical]));
+      terms.push_back(StageTimeTerms(plan, critical, s, facts[critical],
+                                     CellsOf(t, s)));
       sum_t += terms.back().total();
       if (terms.back().total() > max_t) {
         max_t = terms.back().total();

@@ -171,8 +171,21 @@ class CostModel {
 
   CostModel() = default;
   int CellIndex(int gpu_type, int tp_log2, int mbs_log2) const;
+  // Every layer kind's cost at one (GPU type, TP, micro-batch) cell.
+  using LayerRow = std::array<LayerCost, kNumLayerKinds>;
+  // The row of (gpu_type, tp, mbs); absent_row_ outside the table.
+  const LayerRow& Row(int gpu_type, int tp, int mbs) const;
+  // What pricing stage `s` of `t` reads from the profile table, looked up
+  // once for its memory, parameters and time.
+  struct StageCells {
+    const LayerRow* layers = nullptr;   // at the stage's TP
+    const LayerRow* experts = nullptr;  // at its expert TP (ETP)
+    int n_moe = 0, n_dense = 0;
+  };
+  StageCells CellsOf(const Template& t, int s) const;
   StageTerms StageTimeTerms(const Plan& plan, int t, int s,
-                            const PlacementFacts& facts) const;
+                            const PlacementFacts& facts,
+                            const StageCells& cells) const;
   PlacementFacts FactsOf(const Template& t) const;
   // Writes the facts of `t` into `f`, only the entries of its depth.
   void FillFacts(const Template& t, PlacementFacts& f) const;
@@ -182,9 +195,11 @@ class CostModel {
     double non_expert = 0;
     double expert = 0;
   };
-  StageParams ParamsOf(const Template& t, int s) const;
+  StageParams ParamsOf(const Template& t, int s,
+                       const StageCells& cells) const;
   StageMemory MemoryWithParams(const Plan& plan, int t, int s,
-                               const StageParams& params) const;
+                               const StageParams& params,
+                               const StageCells& cells) const;
   double Evaluate(const Plan& plan, Infeasibility* why,
                   Prediction* detail) const;
   struct PlanWork;  // per-template facts and stage times, see cost_model.cc
@@ -206,10 +221,12 @@ class CostModel {
   CostParams params_;
   double iteration_flops_ = 0;
   bool has_dense_layers_ = true;
+  StateSharding sharding_ = StateSharding::kNone;  // EffectiveSharding()
+  std::vector<double> nic_gbps_;   // per node: Cluster::NicGBps
   std::vector<double> nic_share_;  // per node
   // cells_[cell][kind]
-  std::vector<std::array<LayerCost, kNumLayerKinds>> cells_;
-  LayerCost absent_;
+  std::vector<LayerRow> cells_;
+  LayerRow absent_row_{};
 };
 
 }  // namespace arachne
