@@ -8,7 +8,11 @@ results.csv per budget, all of the same planner on the same suite.
 Each composition's throughput at each budget over its throughput at the
 reference budget (default: the largest); per budget the median, the 10th
 percentile and the minimum of that ratio and the p50 / max planning time.
-The issue's bar: the median at 0.1 s at least 0.99.
+The issue's bar: the median at 0.1 s at least 0.99. Last, the budget
+inversions: for each pair of budgets, the compositions whose plan at the
+smaller budget is faster than at the larger (more than 0.01%; the search
+itself does not depend on the budget, so these come from the machine's
+speed varying between runs).
 """
 import argparse, csv, statistics as st
 
@@ -40,6 +44,12 @@ for b in sorted(runs):
     lines.append(f"| {b:g} | {len(ratios)} | {med:.4f} | {ratios[len(ratios)//10]:.4f} | {ratios[0]:.4f} | "
                  f"{times[len(times)//2]:.3f} / {times[-1]:.3f} |")
 text = '\n'.join(lines) + f"\n\nreference: the {ref:g} s plan of each composition\n"
+budgets = sorted(runs)
+for i, small in enumerate(budgets):
+    for large in budgets[i + 1:]:
+        both = [k for k in runs[small] if k in runs[large] and thr(runs[large][k])]
+        worse = [k for k in both if thr(runs[small][k]) > thr(runs[large][k]) * 1.0001]
+        text += f"inversions {small:g} s > {large:g} s: {len(worse)} of {len(both)}\n"
 print(text, end='')
 if a.out:
     open(a.out, 'w').write(text)

@@ -33,6 +33,9 @@ constexpr int kMaxActions = std::max(kEnvDepthActions, kEnvDeviceSlots);
 // Greedy decisions remembered per run (keyed by the action prefix, ~200
 // bytes each); the memo starts over when full.
 constexpr size_t kGreedyMemoEntries = 1 << 16;
+// Sampled rollouts whose best episodes are refined first, before the rest
+// of LearnedPlannerConfig::sampled_rollouts are sampled (see Run).
+constexpr int kFirstRoundRollouts = 16;
 
 // Index of the largest probability (the first on ties: deterministic).
 int Greedy(absl::Span<const float> p) {
@@ -168,16 +171,6 @@ absl::Status LearnedPolicyServes(const CostModel& cm) {
 
 absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
                                                const PlannerOptions& options) {
-  if (!(config_.sampling_share > 0 && config_.sampling_share <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "learned planner: sampling_share must be in (0, 1], got ",
-        config_.sampling_share));
-  }
-  if (config_.refinement_reserve < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "learned planner: refinement_reserve must be >= 0, got ",
-        absl::FormatDuration(config_.refinement_reserve)));
-  }
   if (config_.sampled_rollouts < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("learned planner: sampled_rollouts must be >= 0, got ",
@@ -333,38 +326,30 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
                                        : config_.exploration_interval;
   const int exploration_elites = foreign ? config_.foreign_exploration_elites
                                          : config_.exploration_elites;
-  const double budget_s = absl::ToDoubleSeconds(run_options.budget);
-  const double sampling_budget_s =
-      budget_s - std::min(absl::ToDoubleSeconds(config_.refinement_reserve),
-                          (1 - config_.sampling_share) * budget_s);
-  for (int rollout = 0; rollout <= sampled_rollouts; ++rollout) {
-    // The greedy rollout (0) runs whatever the budget so a tight budget
-    // still plans; a cancelled run stops before it, as every planner does.
-    const bool cancelled =
-        options.cancelled != nullptr && options.cancelled->load();
-    if ((rollout > 0 || cancelled) && tracker.OutOfBudget()) break;
-    if (rollout > 0 && tracker.elapsed_s() >= sampling_budget_s) break;
-    const bool exploring = exploration_interval > 0 && rollout > 0 &&
-                           rollout % exploration_interval == 0;
-    play({}, rollout == 0 ? Pick::kGreedy
-             : exploring  ? Pick::kUniform
-                          : Pick::kSample);
-    if (exploring) {
-      remember(explored, exploration_elites);
-    } else {
-      remember(elite, std::max(1, config_.refined_episodes));
+  // Rollout 0 is the greedy one; it runs whatever the budget so a tight
+  // budget still plans (a cancelled run stops before it, as every planner
+  // does). Later rollouts sample (or, every exploration_interval-th,
+  // explore) while the budget lasts.
+  int rollouts_done = 0;
+  auto roll_out_to = [&](int last) {
+    for (; rollouts_done <= last; ++rollouts_done) {
+      const int rollout = rollouts_done;
+      const bool cancelled =
+          options.cancelled != nullptr && options.cancelled->load();
+      if ((rollout > 0 || cancelled) && tracker.OutOfBudget()) return false;
+      const bool exploring = exploration_interval > 0 && rollout > 0 &&
+                             rollout % exploration_interval == 0;
+      play({}, rollout == 0 ? Pick::kGreedy
+               : exploring  ? Pick::kUniform
+                            : Pick::kSample);
+      if (exploring) {
+        remember(explored, exploration_elites);
+      } else {
+        remember(elite, std::max(1, config_.refined_episodes));
+      }
     }
-  }
-  // The policy's best and the explored best are refined alternately.
-  {
-    std::vector<Episode> order;
-    for (size_t i = 0; i < std::max(elite.size(), explored.size()); ++i) {
-      if (i < elite.size()) order.push_back(std::move(elite[i]));
-      if (i < explored.size()) order.push_back(std::move(explored[i]));
-    }
-    elite = std::move(order);
-  }
-
+    return true;
+  };
   // Local refinement of each elite episode (descend: the passes of
   // LearnedPlannerConfig::refinement_passes). Deterministic for a seed: the
   // structural moves are shuffled with the run's generator.
@@ -502,13 +487,41 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
       episode = {env->iteration_time_s(), taken};
     }
   };
-  for (Episode& episode : elite) {
-    if (config_.regular_descent && config_.refinement_passes > 0 &&
-        !tracker.OutOfBudget()) {
-      regular_descent(episode);
+  // Two rounds: kFirstRoundRollouts sampled rollouts, their best episodes
+  // refined (the policy's and the explored, alternately); then the rest of
+  // the rollouts, and their best episodes not refined yet. What the search
+  // prices, in order, does not depend on the budget, which only ends it: a
+  // larger budget runs the same search further, so its plan is never worse
+  // than a smaller one's (same seed; test/core/budget_monotonicity_test.cc).
+  // The split this replaces (sampling stopped at a share of the budget to
+  // leave time for refinement) had the 0.1 s plan beat the 0.9 s one in 10
+  // of 102 paired runs (17 compositions, learned and template-search).
+  std::vector<Episode> refined;
+  std::vector<std::vector<int>> refined_from;  // their sampled actions
+  for (const int last :
+       {std::min(kFirstRoundRollouts, sampled_rollouts), sampled_rollouts}) {
+    if (!roll_out_to(last)) break;
+    std::vector<Episode> order;
+    for (size_t i = 0; i < std::max(elite.size(), explored.size()); ++i) {
+      if (i < elite.size()) order.push_back(elite[i]);
+      if (i < explored.size()) order.push_back(explored[i]);
     }
-    descend(episode.actions, episode.iteration_time_s);
+    for (Episode& episode : order) {
+      if (tracker.OutOfBudget()) break;
+      if (std::find(refined_from.begin(), refined_from.end(),
+                    episode.actions) != refined_from.end()) {
+        continue;
+      }
+      refined_from.push_back(episode.actions);
+      if (config_.regular_descent && config_.refinement_passes > 0) {
+        regular_descent(episode);
+      }
+      descend(episode.actions, episode.iteration_time_s);
+      refined.push_back(std::move(episode));
+    }
+    if (tracker.OutOfBudget()) break;
   }
+  elite = std::move(refined);
 
   // Iterated local search from the best refined episode while the budget
   // lasts: a kick of two random structural moves, a descent from there,

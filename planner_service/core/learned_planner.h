@@ -101,19 +101,6 @@ struct LearnedPlannerConfig {
   // the suite's compositions with the llama3-8b policy and gains up to 29%
   // over 32 (docs/learned-policy.md, Shipped checkpoints).
   int sampled_rollouts = 256;
-  // Sampled rollouts stop early enough to leave the refinement below,
-  // which finds most of the gain, min(refinement_reserve, (1 -
-  // sampling_share) x budget) of the run's budget. At 0.1 s the sampling
-  // alone used to take the whole budget (median 0.981 of the 0.9 s plan on
-  // the bench suite and the held-out compositions); a fixed share of 0.3
-  // of every budget instead cost 0.5% at 0.9 s, where large clusters want
-  // their rollouts. The share only binds below 0.22 s (above, the 0.2 s
-  // reserve does): there 0.1 beats 0.3, median 0.9946 / 0.9953 against
-  // 0.9880 / 0.9884 at 0.1 s in two runs each, 0.9873 against 0.9823 at
-  // 0.05 s; 0 (the greedy rollout alone) found no plan on one composition
-  // (docs/learned-policy.md, Planning budget).
-  double sampling_share = 0.1;
-  absl::Duration refinement_reserve = absl::Milliseconds(200);
   // Wall-clock limit of one Run, on top of PlannerOptions::budget (the
   // smaller wins). The greedy rollout always completes (unless the run is
   // cancelled before it starts: Cancelled, like every planner); sampled

@@ -1,8 +1,8 @@
-// The learned planner's split of its budget between sampled rollouts and
-// refinement (LearnedPlannerConfig::sampling_share, refinement_reserve):
-// bad settings are named, and a budget too short for the configured
-// rollouts still reaches the refinement, which only improves the best
-// sampled plan.
+// The learned planner's budget: the first round of sampled rollouts is
+// refined before the rest are sampled, whatever their number, and the
+// search a larger budget runs is the smaller one's continued
+// (test/core/budget_monotonicity_test.cc checks the plans on real
+// clusters).
 #include <algorithm>
 #include <memory>
 
@@ -17,42 +17,9 @@
 namespace arachne {
 namespace {
 
-using ::testing::HasSubstr;
-
-class LearnedBudgetTest : public ::testing::Test {
- protected:
-  absl::StatusOr<PlanResult> Run(LearnedPlannerConfig config,
-                                 absl::Duration budget) {
-    PlannerOptions options;
-    options.seed = 3;
-    options.budget = budget;
-    return LearnedPlanner(config, UniformPolicyFactory(), "template-search")
-        .Run(cm_, options);
-  }
-  // 4 FAST + 4 SLOW GPUs.
-  testing::ToyComposition toy_{{{testing::kFast, 4}, {testing::kSlow, 4}}};
-  const CostModel& cm_ = toy_.cost_model();
-};
-
-TEST_F(LearnedBudgetTest, BadSplitSettingsAreNamed) {
-  LearnedPlannerConfig c;
-  c.sampling_share = 0;
-  auto r = Run(c, absl::Seconds(1));
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(),
-              HasSubstr("sampling_share must be in (0, 1], got 0"));
-  c.sampling_share = 1.5;
-  EXPECT_THAT(Run(c, absl::Seconds(1)).status().message(),
-              HasSubstr("sampling_share must be in (0, 1], got 1.5"));
-  c = {};
-  c.refinement_reserve = absl::Milliseconds(-1);
-  EXPECT_THAT(Run(c, absl::Seconds(1)).status().message(),
-              HasSubstr("refinement_reserve must be >= 0, got -1ms"));
-}
-
 // A clock that advances 100 us each time it is read: the run's own reads
-// (one per rollout and per refinement step) make its time, so where the
-// sampling stops is deterministic.
+// (one per rollout and per refinement step) make its time, so where each
+// run stops is deterministic.
 class TickingClock : public Clock {
  public:
   absl::Time Now() const override {
@@ -64,14 +31,17 @@ class TickingClock : public Clock {
   mutable absl::Time now_ = absl::UnixEpoch();
 };
 
-// Ten million sampled rollouts cannot finish in 0.2 s: sampling stops at
-// 0.2 - min(0.2, 0.9 x 0.2) = 0.02 s and the refinement runs, which on the
-// toy cluster (without the iterated local search) ends by itself long
-// before the budget; with sampling_share 1
-// and no reserve the rollouts take the whole budget.
-TEST_F(LearnedBudgetTest, RolloutsBeyondTheBudgetStopAtTheirShare) {
-  auto run = [&](LearnedPlannerConfig c) {
-    c.sampled_rollouts = 10'000'000;
+// Ten million sampled rollouts cannot finish in 0.2 s; the first 16 are
+// refined all the same, before the rest take the budget. With 16 rollouts
+// in all, the run is that first round alone and ends by itself (toy
+// cluster, no iterated local search); with ten million it runs the same
+// round, then samples until the budget ends: its plan is never worse.
+TEST(LearnedBudgetTest, TheFirstRoundIsRefinedWhateverTheRolloutCount) {
+  testing::ToyComposition toy{{{testing::kFast, 4}, {testing::kSlow, 4}}};
+  const CostModel& cm = toy.cost_model();
+  auto run = [&](int rollouts) {
+    LearnedPlannerConfig c;
+    c.sampled_rollouts = rollouts;
     c.perturbation_rounds = 0;  // refinement then ends by itself
     TickingClock clock;
     PlannerOptions options;
@@ -79,18 +49,17 @@ TEST_F(LearnedBudgetTest, RolloutsBeyondTheBudgetStopAtTheirShare) {
     options.budget = absl::Milliseconds(200);
     options.clock = &clock;
     auto r = LearnedPlanner(c, UniformPolicyFactory(), "template-search")
-                 .Run(cm_, options);
+                 .Run(cm, options);
     CHECK(r.ok()) << r.status();
-    EXPECT_TRUE(ValidatePlan(r->plan, cm_).ok());
-    return r->stats.wall_s;
+    EXPECT_TRUE(ValidatePlan(r->plan, cm).ok());
+    return *std::move(r);
   };
-  const double split = run({});
-  EXPECT_GE(split, 0.02);
-  EXPECT_LT(split, 0.2);
-  LearnedPlannerConfig all_sampling;
-  all_sampling.sampling_share = 1;
-  all_sampling.refinement_reserve = absl::ZeroDuration();
-  EXPECT_GE(run(all_sampling), 0.2);
+  const PlanResult first_round = run(16);
+  EXPECT_LT(first_round.stats.wall_s, 0.2);
+  const PlanResult all = run(10'000'000);
+  EXPECT_GE(all.stats.wall_s, 0.2);
+  EXPECT_LE(all.prediction.iteration_time_s,
+            first_round.prediction.iteration_time_s);
 }
 
 }  // namespace
