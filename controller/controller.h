@@ -99,6 +99,12 @@ inline constexpr size_t kMaxAddressBytes = 512;
 // the oldest generations), well inside gRPC's default 4 MiB message limit.
 inline constexpr size_t kStatusBudgetBytes = size_t{3} << 20;
 
+// The definitions are split by concern, each group of private members
+// below naming its file: controller.cc (Create, Stop, the event log, the
+// agent clients), controller_recovery.cc (the store read back at start),
+// controller_rpcs.cc (the RPCs), controller_reconcile.cc (the reconcile
+// loop and switch driving), controller_agent_polling.cc (the agents'
+// Status polls) and controller_measurements.cc (the calibration loop).
 class JobController {
  public:
   // Opens the store, reads back membership and the current plan, finishes
@@ -130,32 +136,33 @@ class JobController {
                 std::unique_ptr<PlanSource> planner, const Clock* clock,
                 std::unique_ptr<StateStore> store);
 
+  // ---- the core (controller.cc): the event log and the agent clients ----
+  void Emit(const std::string& kind, const std::string& message,
+            int64_t generation = 0);
+  void Fail(const std::string& message);
+  agent::AgentClient* AgentFor(const std::string& node);
+  void EnsureClient(const MemberSpec& spec);
+
+  // ---- recovery at start (controller_recovery.cc) ----
   absl::Status Recover();
-  // The agent at spec.address is the node it claims, with those GPUs.
+
+  // ---- the checks behind the RPCs (controller_rpcs.cc) ----
   // A client for a one-off check of the agent at `address`: every call,
   // Status included, bounded by register_check_timeout.
   absl::StatusOr<std::unique_ptr<agent::AgentClient>> ConnectForCheck(
       const std::string& address) const;
+  // The agent at spec.address is the node it claims, with those GPUs.
   absl::Status CheckAgent(const MemberSpec& spec);
   // A short Status call to the node's agent answered.
   bool AgentAnswers(const std::string& node);
   // FailedPrecondition unless `generation` is 0 or the current one.
   absl::Status CheckGeneration(int64_t generation, const char* rpc) const;
+
+  // ---- the reconcile loop and switch driving (controller_reconcile.cc) ----
   void Loop();
   void ReconcileOnce();
   void StartFirstPlan(const std::string& trigger);
   void Replan(const std::string& trigger);
-  // Polls the agents of the current plan without waiting on any: a round
-  // of Status calls (in parallel, each with less than a lease, see
-  // AgentClientConfig::status_timeout) runs in the background, and its
-  // answers are read by a later tick. So a stopped agent delays neither
-  // the leases' expiry nor any decision (docs/controller.md).
-  void PollAgents();
-  struct PolledNode {
-    std::string node;
-    absl::StatusOr<agent::NodeStatus> status;
-  };
-  void ReadPoll(int64_t generation, const std::vector<PolledNode>& polled);
   // The estimated makespan of moving the state of `current_plan` to the
   // planner's new plan placed on the cluster of `members` (sorted by node,
   // as the switch's cluster is), every member's GPUs a holder;
@@ -179,8 +186,31 @@ class JobController {
                           const std::string& cluster_json,
                           const std::set<std::string>& release_on_commit = {});
   void RecordDecision(const Decision& d, int64_t generation);
+  // The planner query for `cluster`. With corrections in force it carries
+  // their time terms (the scales, and the fixed costs as framework
+  // overrides), so the planner searches on corrected costs; its answer's
+  // predictions are then corrected, and the raw ones are priced here
+  // (`*corrected` says which).
+  PlanQuery BaseQuery(const ClusterSpec& cluster,
+                      bool* corrected = nullptr) const;
+  // The cluster message of `members` (by name, GPU types by canonical id).
+  ClusterSpec ClusterOf(const std::vector<Member>& members) const;
 
-  // ---- measured iteration times and corrected predictions ----
+  // ---- polling the agents (controller_agent_polling.cc) ----
+  // Polls the agents of the current plan without waiting on any: a round
+  // of Status calls (in parallel, each with less than a lease, see
+  // AgentClientConfig::status_timeout) runs in the background, and its
+  // answers are read by a later tick. So a stopped agent delays neither
+  // the leases' expiry nor any decision (docs/controller.md).
+  void PollAgents();
+  struct PolledNode {
+    std::string node;
+    absl::StatusOr<agent::NodeStatus> status;
+  };
+  void ReadPoll(int64_t generation, const std::vector<PolledNode>& polled);
+
+  // ---- measured iteration times and corrected predictions
+  // (controller_measurements.cc) ----
   // Reads the recorded generations and the corrections in force back from
   // the store; the current generation's meter resumes from its record.
   absl::Status RestoreMeasurements();
@@ -224,21 +254,6 @@ class JobController {
                                           const RunCorrections& corrections);
   v1::GenerationMeasurement MeasurementToProto(const GenerationRecord& r) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Emit(const std::string& kind, const std::string& message,
-            int64_t generation = 0);
-  void Fail(const std::string& message);
-
-  // The planner query for `cluster`. With corrections in force it carries
-  // their time terms (the scales, and the fixed costs as framework
-  // overrides), so the planner searches on corrected costs; its answer's
-  // predictions are then corrected, and the raw ones are priced here
-  // (`*corrected` says which).
-  PlanQuery BaseQuery(const ClusterSpec& cluster,
-                      bool* corrected = nullptr) const;
-  // The cluster message of `members` (by name, GPU types by canonical id).
-  ClusterSpec ClusterOf(const std::vector<Member>& members) const;
-  agent::AgentClient* AgentFor(const std::string& node);
-  void EnsureClient(const MemberSpec& spec);
 
   const JobControllerConfig config_;
   const GpuCatalog catalog_;
