@@ -2,18 +2,17 @@
 
 #include <cmath>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "glog/logging.h"
 #include "planner_service/io/config_file.h"
 #include "planner_service/io/input_bounds.h"
 #include "planner_service/io/json_yaml.h"
@@ -316,67 +315,38 @@ absl::StatusOr<JobSettings> LoadJobFile(const std::string& path,
   return ResolveJob(spec, path, catalog, models);
 }
 
-namespace {
-
-bool Has(const v1::ControllerConfig& c, absl::string_view field) {
-  const google::protobuf::FieldDescriptor* fd =
-      c.GetDescriptor()->FindFieldByName(std::string(field));
-  CHECK(fd != nullptr) << "ControllerConfig has no field " << field;
-  return c.GetReflection()->HasField(c, fd);
-}
-
-std::string FlagName(absl::string_view field) {
-  return absl::StrCat("--", absl::StrReplaceAll(field, {{"_", "-"}}));
-}
-
-}  // namespace
-
 absl::StatusOr<ControllerSettings> ResolveControllerConfig(
     const v1::ControllerConfig& file, absl::string_view file_source,
     const v1::ControllerConfig& flags) {
-  v1::ControllerConfig c = file;
-  c.MergeFrom(flags);  // every field optional: copies exactly the flags given
-  // Where the user wrote a setting: the flag wins, as in the merge.
-  auto name = [&](absl::string_view field) {
-    if (Has(flags, field)) return FlagName(field);
-    if (Has(file, field) && !file_source.empty()) {
-      return absl::StrCat(file_source, ": ", field);
-    }
-    return FlagName(field);
-  };
-  auto required = [&](absl::string_view field) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        FlagName(field), ": required (or ", field, " in the config file), got none"));
-  };
+  const v1::ControllerConfig c = MergeFlagsOverFile(file, flags);
+  // Where the user wrote a setting; a file without a source names its
+  // fields as their flags.
+  const SettingNames names(file_source, file_source.empty() ? nullptr : &file,
+                           &flags);
   ControllerSettings s;
   if (c.has_listen()) {
     if (c.listen().find(':') == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name("listen"), ": must be host:port, got \"", c.listen(), "\""));
+      return names.Error("listen", absl::StrCat("must be host:port, got \"",
+                                                c.listen(), "\""));
     }
     s.listen = c.listen();
   }
   s.port_file = c.port_file();
-  if (c.state_dir().empty()) return required("state_dir");
+  if (c.state_dir().empty()) return RequiredSettingError("state_dir");
   s.state_dir = c.state_dir();
-  if (c.job().empty()) return required("job");
+  if (c.job().empty()) return RequiredSettingError("job");
   s.job_file = c.job();
   s.tls.cert_file = c.tls_cert();
   s.tls.key_file = c.tls_key();
   s.tls.client_ca_file = c.tls_client_ca();
-  if (s.tls.cert_file.empty() &&
-      (!s.tls.key_file.empty() || !s.tls.client_ca_file.empty())) {
-    const char* other = s.tls.key_file.empty() ? "tls_client_ca" : "tls_key";
-    return absl::InvalidArgumentError(absl::StrCat(
-        name("tls_cert"), ": required with ", name(other), ", got none"));
-  }
-  if (!s.tls.cert_file.empty() && s.tls.key_file.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name("tls_key"), ": required with ", name("tls_cert"), ", got none"));
+  if (absl::Status status = CheckServerTlsSettings(
+          s.tls.cert_file, s.tls.key_file, s.tls.client_ca_file, names);
+      !status.ok()) {
+    return status;
   }
   if (!c.token_file().empty()) {
     absl::StatusOr<std::string> t =
-        ReadBearerTokenFile(c.token_file(), name("token_file"));
+        ReadBearerTokenFile(c.token_file(), names("token_file"));
     if (!t.ok()) return t.status();
     s.bearer_token = *t;
   }
@@ -384,25 +354,25 @@ absl::StatusOr<ControllerSettings> ResolveControllerConfig(
   s.agent_tls.cert_file = c.agent_tls_cert();
   s.agent_tls.key_file = c.agent_tls_key();
   if (s.agent_tls.cert_file.empty() != s.agent_tls.key_file.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name("agent_tls_cert"), ", ", name("agent_tls_key"),
-        ": give both or neither"));
+    return absl::InvalidArgumentError(absl::StrCat(names("agent_tls_cert"),
+                                                   ", ", names("agent_tls_key"),
+                                                   ": give both or neither"));
   }
   if (!s.agent_tls.cert_file.empty() && s.agent_tls.ca_file.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name("agent_tls_ca"), ": required with ", name("agent_tls_cert"),
-        ", got none"));
+    return names.Error(
+        "agent_tls_ca",
+        absl::StrCat("required with ", names("agent_tls_cert"), ", got none"));
   }
   if (!c.agent_token_file().empty()) {
     absl::StatusOr<std::string> t =
-        ReadBearerTokenFile(c.agent_token_file(), name("agent_token_file"));
+        ReadBearerTokenFile(c.agent_token_file(), names("agent_token_file"));
     if (!t.ok()) return t.status();
     s.agent_token = *t;
   }
   if (c.has_store_host()) {
     if (c.store_host().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name("store_host"), ": must be a host name or address, got \"\""));
+      return names.Error("store_host",
+                         "must be a host name or address, got \"\"");
     }
     s.store_host = c.store_host();
   }
@@ -410,15 +380,15 @@ absl::StatusOr<ControllerSettings> ResolveControllerConfig(
   if (c.has_grace_s()) {
     if (!(std::isfinite(c.grace_s()) && c.grace_s() >= 0 &&
           c.grace_s() <= kMaxSettingSeconds)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name("grace_s"), ": must be in [0, ", kMaxSettingSeconds,
-                       "] seconds, got ", c.grace_s()));
+      return names.Error("grace_s",
+                         absl::StrCat("must be in [0, ", kMaxSettingSeconds,
+                                      "] seconds, got ", c.grace_s()));
     }
     s.grace = absl::Seconds(c.grace_s());
   }
   if (!c.node_tokens_file().empty()) {
     absl::StatusOr<std::map<std::string, std::string>> tokens =
-        ReadNodeTokensFile(c.node_tokens_file(), name("node_tokens_file"));
+        ReadNodeTokensFile(c.node_tokens_file(), names("node_tokens_file"));
     if (!tokens.ok()) return tokens.status();
     s.node_auth.node_tokens = *std::move(tokens);
   }
@@ -429,29 +399,27 @@ absl::StatusOr<ControllerSettings> ResolveControllerConfig(
     } else if (c.agent_identity() == "san") {
       s.node_auth.cert_name = CertName::kSubjectAltName;
     } else if (c.agent_identity() != "none") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name("agent_identity"), ": must be cn, san or none, got ",
-          QuoteForMessage(c.agent_identity())));
+      return names.Error("agent_identity",
+                         absl::StrCat("must be cn, san or none, got ",
+                                      QuoteForMessage(c.agent_identity())));
     }
     if (s.node_auth.cert_name != CertName::kNone &&
         s.tls.client_ca_file.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name("agent_identity"), ": ", c.agent_identity(),
-          " needs mutual TLS: ", name("tls_client_ca"), " is required with it"));
+      return names.Error(
+          "agent_identity",
+          absl::StrCat(c.agent_identity(), " needs mutual TLS: ",
+                       names("tls_client_ca"), " is required with it"));
     }
   }
   if (c.has_agent_networks()) {
     absl::StatusOr<AgentNetworks> networks =
-        AgentNetworks::Parse(c.agent_networks(), name("agent_networks"));
+        AgentNetworks::Parse(c.agent_networks(), names("agent_networks"));
     if (!networks.ok()) return networks.status();
     s.agent_networks = *std::move(networks);
   }
   if (!c.failpoint().empty()) {
     absl::StatusOr<SwitchHold> hold = ParseSwitchHold(c.failpoint());
-    if (!hold.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name("failpoint"), ": ", hold.status().message()));
-    }
+    if (!hold.ok()) return names.Error("failpoint", hold.status().message());
     s.hold = *hold;
   }
   return s;
@@ -499,66 +467,66 @@ absl::StatusOr<std::map<std::string, std::string>> ReadNodeTokensFile(
   return tokens;
 }
 
-ControllerFlags::ControllerFlags(CLI::App& app) {
-  app.add_option("--config", config_file_,
-                 "settings file (YAML or JSON, arachne.v1.ControllerConfig: "
-                 "the flags below with '-' written '_'); flags given here "
-                 "override it");
-  struct Flag {
-    const char* name;
-    std::string* value;
-    const char* help;
-  };
-  for (const Flag& f : {
-           Flag{"--listen", &listen_, "host:port to serve arachne.v1.Controller on (port 0 picks one; see --port-file); default 127.0.0.1:0"},
-           Flag{"--port-file", &port_file_, "after listening, write the bound port to this file"},
-           Flag{"--state-dir", &state_dir_, "directory of the controller's SQLite database (required)"},
-           Flag{"--job", &job_, "the job file, YAML or JSON (arachne.v1.JobSpec; required)"},
-           Flag{"--tls-cert", &tls_cert_, "server certificate chain (PEM); enables TLS"},
-           Flag{"--tls-key", &tls_key_, "private key of --tls-cert (PEM)"},
-           Flag{"--tls-client-ca", &tls_client_ca_, "CA (PEM) client certificates must chain to; enables mutual TLS"},
-           Flag{"--token-file", &token_file_, "file holding the bearer token callers must send"},
-           Flag{"--agent-tls-ca", &agent_tls_ca_, "CA (PEM) of the agents' certificates; TLS to the agents"},
-           Flag{"--agent-tls-cert", &agent_tls_cert_, "client certificate (PEM) for the agents (mutual TLS)"},
-           Flag{"--agent-tls-key", &agent_tls_key_, "its private key (PEM)"},
-           Flag{"--agent-token-file", &agent_token_file_, "file holding the bearer token the agents require"},
-           Flag{"--store-host", &store_host_, "address the job's TCPStore listens on; default 127.0.0.1"},
-           Flag{"--profiles-dir", &profiles_dir_, "directory of gpus.yaml and models.yaml (default: built-in data)"},
-           Flag{"--agent-networks", &agent_networks_, "CIDR blocks (comma-separated) agent addresses must be in; default: loopback and this machine's networks"},
-           Flag{"--node-tokens-file", &node_tokens_file_, "file of '<node> <token>' lines: those nodes must register and heartbeat with their own token"},
-           Flag{"--agent-identity", &agent_identity_, "with mutual TLS: cn or san, the client certificate name that must be the registering node's; default none"},
-           Flag{"--failpoint", &failpoint_, "fault injection for tests: hold-before-<phase>:<seconds> waits there in every switch"},
+ControllerFlags::ControllerFlags(CLI::App& app)
+    : flags_(app, *v1::ControllerConfig::descriptor()) {
+  for (const auto& [field, help] :
+       std::initializer_list<std::pair<const char*, const char*>>{
+           {"listen",
+            "host:port to serve arachne.v1.Controller on (port 0 picks one; "
+            "see --port-file); default 127.0.0.1:0"},
+           {"port_file", "after listening, write the bound port to this file"},
+           {"state_dir",
+            "directory of the controller's SQLite database (required)"},
+           {"job", "the job file, YAML or JSON (arachne.v1.JobSpec; required)"},
+           {"tls_cert", "server certificate chain (PEM); enables TLS"},
+           {"tls_key", "private key of --tls-cert (PEM)"},
+           {"tls_client_ca",
+            "CA (PEM) client certificates must chain to; enables mutual TLS"},
+           {"token_file", "file holding the bearer token callers must send"},
+           {"agent_tls_ca",
+            "CA (PEM) of the agents' certificates; TLS to the agents"},
+           {"agent_tls_cert",
+            "client certificate (PEM) for the agents (mutual TLS)"},
+           {"agent_tls_key", "its private key (PEM)"},
+           {"agent_token_file",
+            "file holding the bearer token the agents require"},
+           {"store_host",
+            "address the job's TCPStore listens on; default 127.0.0.1"},
+           {"profiles_dir",
+            "directory of gpus.yaml and models.yaml (default: built-in data)"},
+           {"agent_networks",
+            "CIDR blocks (comma-separated) agent addresses must be in; "
+            "default: loopback and this machine's networks"},
+           {"node_tokens_file",
+            "file of '<node> <token>' lines: those nodes must register and "
+            "heartbeat with their own token"},
+           {"agent_identity",
+            "with mutual TLS: cn or san, the client certificate name that must "
+            "be the registering node's; default none"},
+           {"failpoint",
+            "fault injection for tests: hold-before-<phase>:<seconds> waits "
+            "there in every switch"},
+           {"grace_s",
+            "on SIGTERM/SIGINT, seconds calls in flight get to finish; default "
+            "5"},
        }) {
-    // "--state-dir" sets the field state_dir.
-    strings_.push_back({app.add_option(f.name, *f.value, f.help), f.value,
-                        absl::StrReplaceAll(std::string(f.name).substr(2),
-                                            {{"-", "_"}})});
+    flags_.Add(field, help);
   }
-  grace_opt_ = app.add_option("--grace-s", grace_s_,
-                              "on SIGTERM/SIGINT, seconds calls in flight get "
-                              "to finish; default 5");
 }
 
 v1::ControllerConfig ControllerFlags::Given() const {
-  v1::ControllerConfig given;
-  const google::protobuf::Descriptor* d = given.GetDescriptor();
-  const google::protobuf::Reflection* r = given.GetReflection();
-  for (const StringFlag& f : strings_) {
-    if (f.option->count() == 0) continue;
-    const google::protobuf::FieldDescriptor* fd = d->FindFieldByName(f.field);
-    CHECK(fd != nullptr) << "no ControllerConfig field " << f.field;
-    r->SetString(&given, fd, *f.value);
-  }
-  if (grace_opt_->count() > 0) given.set_grace_s(grace_s_);
-  return given;
+  return flags_.Given<v1::ControllerConfig>();
 }
 
 absl::StatusOr<ControllerSettings> ControllerFlags::Settings() const {
-  v1::ControllerConfig file;
-  if (!config_file_.empty()) {
-    if (absl::Status s = LoadConfigFile(config_file_, &file); !s.ok()) return s;
-  }
-  return ResolveControllerConfig(file, config_file_, Given());
+  // The file's values are checked by ResolveControllerConfig, with the
+  // flags', where it is known which of the two gave each.
+  absl::StatusOr<v1::ControllerConfig> file = flags_.File<v1::ControllerConfig>(
+      [](const v1::ControllerConfig&, absl::string_view) {
+        return absl::OkStatus();
+      });
+  if (!file.ok()) return file.status();
+  return ResolveControllerConfig(*file, flags_.config_file(), Given());
 }
 
 }  // namespace arachne::controller

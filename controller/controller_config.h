@@ -1,9 +1,10 @@
 // The job file (`--job FILE`, arachne.v1.JobSpec) and the settings of
 // `arachne-controller` (flags and `--config FILE`, arachne.v1.ControllerConfig,
 // proto/arachne/v1/controller.proto), read with the same strict schema
-// reader as every other file (planner_service/io/config_file.h) and checked
-// into typed settings. Flags are defined only by ControllerFlags; a flag
-// given on the command line overrides the file.
+// reader as every other file (planner_service/io/config_file.h; flags and
+// config file through the binaries' shared reader, config/config_reader.h)
+// and checked into typed settings. Flags are defined only by
+// ControllerFlags; a flag given on the command line overrides the file.
 //
 // Errors name the setting where the user wrote it ("job.yaml:
 // timeouts.phase_s: must be < switch_s (120), got 200", "--state-dir:
@@ -22,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "arachne/v1/controller.pb.h"
+#include "config/config_reader.h"
 #include "controller/agent_networks.h"
 #include "controller/membership.h"
 #include "planner_service/core/gpu_catalog.h"
@@ -29,11 +31,6 @@
 #include "planner_service/api/planner_handler.h"
 #include "rpc/credentials.h"
 #include "worker_agent/engine/engine.h"
-
-namespace CLI {
-class App;
-class Option;
-}  // namespace CLI
 
 namespace arachne::controller {
 
@@ -151,19 +148,7 @@ class ControllerFlags {
   absl::StatusOr<ControllerSettings> Settings() const;
 
  private:
-  std::string config_file_;
-  std::string listen_, port_file_, state_dir_, job_, tls_cert_, tls_key_,
-      tls_client_ca_, token_file_, agent_tls_ca_, agent_tls_cert_,
-      agent_tls_key_, agent_token_file_, store_host_, profiles_dir_,
-      failpoint_, agent_networks_, node_tokens_file_, agent_identity_;
-  double grace_s_ = 5;
-  struct StringFlag {
-    CLI::Option* option;
-    std::string* value;
-    std::string field;  // the ControllerConfig field it sets
-  };
-  std::vector<StringFlag> strings_;
-  CLI::Option* grace_opt_ = nullptr;
+  ConfigFlags flags_;
 };
 
 }  // namespace arachne::controller

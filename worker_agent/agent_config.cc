@@ -1,6 +1,5 @@
 #include "worker_agent/agent_config.h"
 
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -8,14 +7,10 @@
 #include <fstream>
 #include <system_error>
 
-#include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/str_replace.h"
-#include "glog/logging.h"
 #include "planner_service/core/node_pool.h"
-#include "planner_service/io/config_file.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/input_bounds.h"
 #include "planner_service/io/json_yaml.h"
@@ -25,59 +20,12 @@
 namespace arachne::agent {
 namespace {
 
-bool Has(const v1::AgentConfig& config, absl::string_view field) {
-  const google::protobuf::FieldDescriptor* fd =
-      config.GetDescriptor()->FindFieldByName(std::string(field));
-  CHECK(fd != nullptr) << "AgentConfig has no field " << field;
-  return config.GetReflection()->HasField(config, fd);
-}
-
-std::string FlagName(absl::string_view field) {
-  return absl::StrCat("--", absl::StrReplaceAll(field, {{"_", "-"}}));
-}
-
-// How errors name a setting: where the user wrote it (the flag wins, as in
-// the merge), and as the flag when it was written nowhere, since the flag
-// is the first place to give it.
-class SettingNames {
- public:
-  SettingNames(absl::string_view file_source, const v1::AgentConfig* file,
-               const v1::AgentConfig* flags)
-      : file_source_(file_source), file_(file), flags_(flags) {}
-
-  std::string operator()(absl::string_view field) const {
-    if (flags_ != nullptr && Has(*flags_, field)) return FlagName(field);
-    if (file_ != nullptr && Has(*file_, field)) {
-      return file_source_.empty() ? std::string(field)
-                                  : absl::StrCat(file_source_, ": ", field);
-    }
-    return FlagName(field);
-  }
-
- private:
-  std::string file_source_;
-  const v1::AgentConfig* file_;
-  const v1::AgentConfig* flags_;
-};
-
-absl::Status ValueError(const SettingNames& names, absl::string_view field,
-                        absl::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat(names(field), ": ", message));
-}
-
-absl::Status Required(absl::string_view field) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(FlagName(field), ": required (or ", field,
-                   " in the config file), got none"));
-}
-
 // The checks of one value each, on the fields set in `config`.
 absl::Status CheckValues(const v1::AgentConfig& config,
                          const SettingNames& names) {
   if (config.has_listen() && config.listen().find(':') == std::string::npos) {
-    return ValueError(
-        names, "listen",
-        absl::StrCat("must be host:port, got \"", config.listen(), "\""));
+    return names.Error("listen", absl::StrCat("must be host:port, got \"",
+                                              config.listen(), "\""));
   }
   // The controller's node-name rule (docs/errors.md, "Input bounds"): the
   // agent registers under this name, so it must pass there too.
@@ -92,62 +40,61 @@ absl::Status CheckValues(const v1::AgentConfig& config,
       !(absl::StartsWith(config.failpoint(), kHangStatusWhile) &&
         config.failpoint().size() > strlen(kHangStatusWhile) &&
         config.failpoint()[strlen(kHangStatusWhile)] == '/')) {
-    return ValueError(names, "failpoint",
-                      absl::StrCat("must be corrupt-migration-stage-1, "
-                                   "corrupt-migration-stage-2 or ",
-                                   kHangStatusWhile, "<absolute path>, got \"",
-                                   config.failpoint(), "\""));
+    return names.Error("failpoint",
+                       absl::StrCat("must be corrupt-migration-stage-1, "
+                                    "corrupt-migration-stage-2 or ",
+                                    kHangStatusWhile, "<absolute path>, got \"",
+                                    config.failpoint(), "\""));
   }
   if (config.has_engine_command() &&
       (config.engine_command().find_first_not_of(" \t") == std::string::npos ||
        config.engine_command().size() > 4096)) {
-    return ValueError(
-        names, "engine_command",
-        config.engine_command().size() > 4096
-            ? absl::StrCat("at most 4096 characters, got ",
-                           config.engine_command().size())
-            : absl::StrCat("must name a program, got \"",
-                           config.engine_command(), "\""));
+    return names.Error("engine_command",
+                       config.engine_command().size() > 4096
+                           ? absl::StrCat("at most 4096 characters, got ",
+                                          config.engine_command().size())
+                           : absl::StrCat("must name a program, got \"",
+                                          config.engine_command(), "\""));
   }
   if (config.has_log_dir() && config.log_dir().empty()) {
-    return ValueError(names, "log_dir", "must be a directory, got \"\"");
+    return names.Error("log_dir", "must be a directory, got \"\"");
   }
   if (config.has_checkpoint_root() &&
       (config.checkpoint_root().empty() ||
        config.checkpoint_root().find('\0') != std::string::npos ||
        !std::filesystem::path(config.checkpoint_root()).is_absolute())) {
-    return ValueError(names, "checkpoint_root",
-                      absl::StrCat("must be an absolute directory path, got ",
-                                   QuoteForMessage(config.checkpoint_root())));
+    return names.Error("checkpoint_root",
+                       absl::StrCat("must be an absolute directory path, got ",
+                                    QuoteForMessage(config.checkpoint_root())));
   }
   if (config.has_host() && config.host().empty()) {
-    return ValueError(names, "host",
-                      "must be a host name or address, got \"\"");
+    return names.Error("host", "must be a host name or address, got \"\"");
   }
   if (config.has_gpu_type() && config.gpu_type().empty()) {
-    return ValueError(names, "gpu_type",
-                      "must be a GPU type id or alias, got \"\"");
+    return names.Error("gpu_type", "must be a GPU type id or alias, got \"\"");
   }
-  if (config.has_virtual_gpus() &&
-      (config.virtual_gpus() < 1 || config.virtual_gpus() > kMaxGpusPerNode)) {
-    return ValueError(names, "virtual_gpus",
-                      absl::StrCat("must be an integer in 1..", kMaxGpusPerNode,
-                                   ", got ", config.virtual_gpus()));
+  if (config.has_virtual_gpus()) {
+    if (absl::Status s = CheckIntegerSetting(
+            names("virtual_gpus"), config.virtual_gpus(), 1, kMaxGpusPerNode);
+        !s.ok()) {
+      return s;
+    }
   }
   if (config.has_controller() &&
       config.controller().find(':') == std::string::npos) {
-    return ValueError(
-        names, "controller",
-        absl::StrCat("must be host:port, got \"", config.controller(), "\""));
+    return names.Error("controller", absl::StrCat("must be host:port, got \"",
+                                                  config.controller(), "\""));
   }
-  // The protobuf JSON mapping accepts "NaN" and "Infinity" for doubles,
-  // hence the finite check.
-  if (config.has_grace_s() &&
-      !(std::isfinite(config.grace_s()) && config.grace_s() >= 0)) {
-    return ValueError(names, "grace_s",
-                      absl::StrCat("must be >= 0, got ", config.grace_s()));
+  if (config.has_grace_s()) {
+    return CheckSecondsSetting(names("grace_s"), config.grace_s(), true);
   }
   return absl::OkStatus();
+}
+
+// CheckValues of a file's fields alone, named "<source>: <field>".
+absl::Status CheckFileValues(const v1::AgentConfig& config,
+                             absl::string_view source) {
+  return CheckValues(config, SettingNames(source, &config, nullptr));
 }
 
 // Keeps the code, puts `prefix` (a setting's name) before the message.
@@ -159,47 +106,28 @@ absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
 
 absl::StatusOr<v1::AgentConfig> ParseAgentConfig(absl::string_view text,
                                                  absl::string_view source) {
-  v1::AgentConfig config;
-  if (absl::Status s = ParseConfigText(text, source, &config); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          CheckValues(config, SettingNames(source, &config, nullptr));
-      !s.ok()) {
-    return s;
-  }
-  return config;
+  return ReadConfigText<v1::AgentConfig>(text, source, CheckFileValues);
 }
 
 absl::StatusOr<v1::AgentConfig> LoadAgentConfigFile(const std::string& path) {
-  v1::AgentConfig config;
-  if (absl::Status s = LoadConfigFile(path, &config); !s.ok()) return s;
-  if (absl::Status s =
-          CheckValues(config, SettingNames(path, &config, nullptr));
-      !s.ok()) {
-    return s;
-  }
-  return config;
+  return ReadConfigFile<v1::AgentConfig>(path, CheckFileValues);
 }
 
 absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
                                                  absl::string_view file_source,
                                                  const v1::AgentConfig& flags,
                                                  int cuda_devices) {
-  v1::AgentConfig config = file;
-  // Every field is `optional`: MergeFrom copies exactly the fields set in
-  // `flags`, i.e. the flags given on the command line.
-  config.MergeFrom(flags);
+  const v1::AgentConfig config = MergeFlagsOverFile(file, flags);
   const SettingNames names(file_source, &file, &flags);
   if (absl::Status s = CheckValues(config, names); !s.ok()) return s;
 
   AgentSettings settings;
   if (config.has_listen()) settings.listen = config.listen();
-  if (!config.has_node()) return Required("node");
+  if (!config.has_node()) return RequiredSettingError("node");
   settings.node = config.node();
   if (config.has_host()) settings.host = config.host();
   settings.failpoint = config.failpoint();
-  if (!config.has_gpu_type()) return Required("gpu_type");
+  if (!config.has_gpu_type()) return RequiredSettingError("gpu_type");
 
   settings.profiles_dir = config.profiles_dir();
   absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(settings.profiles_dir);
@@ -213,7 +141,7 @@ absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
   absl::StatusOr<int> type = settings.catalog.IndexOf(config.gpu_type());
   if (!type.ok()) {
     // A value the user wrote, not a missing resource: InvalidArgument.
-    return ValueError(names, "gpu_type", type.status().message());
+    return names.Error("gpu_type", type.status().message());
   }
   settings.gpu_type = *type;
 
@@ -232,21 +160,11 @@ absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
   settings.tls.cert_file = config.tls_cert();
   settings.tls.key_file = config.tls_key();
   settings.tls.client_ca_file = config.tls_client_ca();
-  // The checks MakeServerCredentials would also make, here in the names of
-  // the flags and fields the user wrote.
-  if (settings.tls.cert_file.empty() &&
-      (!settings.tls.key_file.empty() ||
-       !settings.tls.client_ca_file.empty())) {
-    const char* other =
-        settings.tls.key_file.empty() ? "tls_client_ca" : "tls_key";
-    return ValueError(
-        names, "tls_cert",
-        absl::StrCat("required with ", names(other), ", got none"));
-  }
-  if (!settings.tls.cert_file.empty() && settings.tls.key_file.empty()) {
-    return ValueError(
-        names, "tls_key",
-        absl::StrCat("required with ", names("tls_cert"), ", got none"));
+  if (absl::Status s =
+          CheckServerTlsSettings(settings.tls.cert_file, settings.tls.key_file,
+                                 settings.tls.client_ca_file, names);
+      !s.ok()) {
+    return s;
   }
   if (!config.token_file().empty()) {
     absl::StatusOr<std::string> token =
@@ -263,10 +181,10 @@ absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
   for (const char* field : {"controller_token_file", "controller_tls_ca",
                             "controller_tls_cert", "controller_tls_key"}) {
     if (settings.controller.empty() &&
-        (Has(file, field) || Has(flags, field))) {
-      return ValueError(names, field,
-                        absl::StrCat("given without ", names("controller"),
-                                     "; nothing would use it"));
+        (HasConfigField(file, field) || HasConfigField(flags, field))) {
+      return names.Error(field,
+                         absl::StrCat("given without ", names("controller"),
+                                      "; nothing would use it"));
     }
   }
   if (settings.controller_tls.cert_file.empty() !=
@@ -277,13 +195,13 @@ absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
     const char* given = settings.controller_tls.cert_file.empty()
                             ? "controller_tls_key"
                             : "controller_tls_cert";
-    return ValueError(names, missing,
-                      absl::StrCat("required with ", names(given), ", got none"));
+    return names.Error(
+        missing, absl::StrCat("required with ", names(given), ", got none"));
   }
   if (!settings.controller_tls.cert_file.empty() &&
       settings.controller_tls.ca_file.empty()) {
-    return ValueError(
-        names, "controller_tls_ca",
+    return names.Error(
+        "controller_tls_ca",
         absl::StrCat("required with ", names("controller_tls_cert"),
                      " (mutual TLS needs TLS), got none"));
   }
@@ -299,9 +217,9 @@ absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
   settings.log_dir = config.log_dir();
   settings.in_process_ranks = config.in_process_ranks();
   if (settings.in_process_ranks && config.has_engine_command()) {
-    return ValueError(names, "engine_command",
-                      absl::StrCat("given with ", names("in_process_ranks"),
-                                   ", which runs no engine command"));
+    return names.Error("engine_command",
+                       absl::StrCat("given with ", names("in_process_ranks"),
+                                    ", which runs no engine command"));
   }
   if (config.has_grace_s()) settings.grace = absl::Seconds(config.grace_s());
   if (config.has_checkpoint_root()) {
@@ -442,148 +360,76 @@ absl::Status WritePortFile(const std::string& path, int port) {
   return absl::OkStatus();
 }
 
-AgentFlags::AgentFlags(CLI::App& app) {
+AgentFlags::AgentFlags(CLI::App& app)
+    : flags_(app, *v1::AgentConfig::descriptor()) {
   const AgentSettings defaults;
-  listen_ = defaults.listen;
-  grace_s_ = absl::ToDoubleSeconds(defaults.grace);
-
-  app.add_option("--config", config_file_,
-                 "settings file (YAML or JSON, arachne.v1.AgentConfig: the "
-                 "flags below with '-' written '_'); flags given here "
-                 "override it");
-  listen_opt_ = app.add_option("--listen", listen_,
-                               "host:port to serve arachne.v1.Agent on (port "
-                               "0 picks one; see --port-file)")
-                    ->capture_default_str();
-  node_opt_ = app.add_option("--node", node_,
-                             "this node's name, as clusters and plans name it "
-                             "(required)");
-  host_ = defaults.host;
-  host_opt_ =
-      app.add_option("--host", host_,
-                     "address other nodes reach this node's ranks at (process "
-                     "groups and the migration transport listen there)")
-          ->capture_default_str();
-  failpoint_opt_ = app.add_option(
-      "--failpoint", failpoint_,
-      "fault injection for testing: corrupt-migration-stage-1 or "
-      "corrupt-migration-stage-2 flips a byte this node receives; "
-      "hang-status-while:PATH: Status answers nothing while PATH exists");
-  gpu_type_opt_ = app.add_option(
-      "--gpu-type", gpu_type_,
-      "GPU type of this node: a catalog id or alias, e.g. A6000 (required)");
-  virtual_gpus_opt_ = app.add_option(
-      "--virtual-gpus", virtual_gpus_,
-      "CPU ranks standing in for N GPUs (required without CUDA GPUs; "
-      "default: every visible CUDA GPU)");
-  profiles_dir_opt_ = app.add_option(
-      "--profiles-dir", profiles_dir_,
-      "directory of gpus.yaml and models.yaml (default: built-in data)");
-  tls_cert_opt_ = app.add_option("--tls-cert", tls_cert_,
-                                 "server certificate chain (PEM); enables TLS");
-  tls_key_opt_ =
-      app.add_option("--tls-key", tls_key_, "private key of --tls-cert (PEM)");
-  tls_client_ca_opt_ = app.add_option(
-      "--tls-client-ca", tls_client_ca_,
-      "CA certificates (PEM) that client certificates must chain to; "
-      "enables mutual TLS");
-  token_file_opt_ = app.add_option(
-      "--token-file", token_file_,
-      "file holding the bearer token clients must send as 'authorization: "
-      "Bearer <token>' (a file, not a flag value, so it stays out of the "
-      "process list)");
-  port_file_opt_ =
-      app.add_option("--port-file", port_file_,
-                     "after listening, write the bound port to this file");
-  grace_s_opt_ =
-      app.add_option("--grace-s", grace_s_,
-                     "on SIGTERM/SIGINT, seconds calls in flight get to finish")
-          ->capture_default_str();
-  engine_command_opt_ = app.add_option(
-      "--engine-command", engine_command_,
-      "the engine each GPU's rank runs as: program and arguments, "
-      "space-separated (default: arachne-engine beside arachne-agent)");
-  log_dir_opt_ = app.add_option(
-      "--log-dir", log_dir_,
-      "directory of the engines' logs, engine-<i>.log (default: the "
-      "engines' socket directory under $TMPDIR)");
-  checkpoint_root_opt_ = app.add_option(
-      "--checkpoint-root", checkpoint_root_,
-      "absolute directory every checkpoint path (SaveCheckpoint's dir, "
-      "Prepare's checkpoint_dir) must lie in; created at start (default: "
-      "none, and no checkpoints are written or read)");
-  in_process_ranks_opt_ = app.add_flag(
-      "--in-process-ranks", in_process_ranks_,
-      "run the ranks as threads of the agent (built-in reference engine), "
-      "not as engine processes");
-  controller_opt_ = app.add_option(
-      "--controller", controller_,
-      "host:port of the job's arachne-controller: register there and renew "
-      "the lease by Heartbeat (training goes on while it is unreachable)");
-  controller_token_file_opt_ = app.add_option(
-      "--controller-token-file", controller_token_file_,
-      "file holding the bearer token the controller requires");
-  controller_tls_ca_opt_ = app.add_option(
-      "--controller-tls-ca", controller_tls_ca_,
-      "CA certificates (PEM) of the controller's certificate; enables TLS to "
-      "the controller");
-  controller_tls_cert_opt_ = app.add_option(
-      "--controller-tls-cert", controller_tls_cert_,
-      "client certificate chain (PEM) for mutual TLS with the controller");
-  controller_tls_key_opt_ =
-      app.add_option("--controller-tls-key", controller_tls_key_,
-                     "private key of --controller-tls-cert (PEM)");
+  flags_.Add("listen",
+             "host:port to serve arachne.v1.Agent on (port 0 picks one; see "
+             "--port-file)",
+             defaults.listen);
+  flags_.Add("node",
+             "this node's name, as clusters and plans name it (required)");
+  flags_.Add("host",
+             "address other nodes reach this node's ranks at (process groups "
+             "and the migration transport listen there)",
+             defaults.host);
+  flags_.Add("failpoint",
+             "fault injection for testing: corrupt-migration-stage-1 or "
+             "corrupt-migration-stage-2 flips a byte this node receives; "
+             "hang-status-while:PATH: Status answers nothing while PATH "
+             "exists");
+  flags_.Add("gpu_type",
+             "GPU type of this node: a catalog id or alias, e.g. A6000 "
+             "(required)");
+  flags_.Add("virtual_gpus",
+             "CPU ranks standing in for N GPUs (required without CUDA GPUs; "
+             "default: every visible CUDA GPU)");
+  flags_.Add("profiles_dir",
+             "directory of gpus.yaml and models.yaml (default: built-in "
+             "data)");
+  AddServerSecurityFlags(flags_);
+  flags_.Add("port_file", "after listening, write the bound port to this file");
+  flags_.Add("grace_s",
+             "on SIGTERM/SIGINT, seconds calls in flight get to finish",
+             absl::ToDoubleSeconds(defaults.grace));
+  flags_.Add("engine_command",
+             "the engine each GPU's rank runs as: program and arguments, "
+             "space-separated (default: arachne-engine beside arachne-agent)");
+  flags_.Add("log_dir",
+             "directory of the engines' logs, engine-<i>.log (default: the "
+             "engines' socket directory under $TMPDIR)");
+  flags_.Add("checkpoint_root",
+             "absolute directory every checkpoint path (SaveCheckpoint's dir, "
+             "Prepare's checkpoint_dir) must lie in; created at start "
+             "(default: none, and no checkpoints are written or read)");
+  flags_.Add("in_process_ranks",
+             "run the ranks as threads of the agent (built-in reference "
+             "engine), not as engine processes");
+  flags_.Add("controller",
+             "host:port of the job's arachne-controller: register there and "
+             "renew the lease by Heartbeat (training goes on while it is "
+             "unreachable)");
+  flags_.Add("controller_token_file",
+             "file holding the bearer token the controller requires");
+  flags_.Add("controller_tls_ca",
+             "CA certificates (PEM) of the controller's certificate; enables "
+             "TLS to the controller");
+  flags_.Add("controller_tls_cert",
+             "client certificate chain (PEM) for mutual TLS with the "
+             "controller");
+  flags_.Add("controller_tls_key",
+             "private key of --controller-tls-cert (PEM)");
 }
 
 v1::AgentConfig AgentFlags::Given() const {
-  v1::AgentConfig given;
-  if (listen_opt_->count() > 0) given.set_listen(listen_);
-  if (node_opt_->count() > 0) given.set_node(node_);
-  if (host_opt_->count() > 0) given.set_host(host_);
-  if (failpoint_opt_->count() > 0) given.set_failpoint(failpoint_);
-  if (gpu_type_opt_->count() > 0) given.set_gpu_type(gpu_type_);
-  if (virtual_gpus_opt_->count() > 0) given.set_virtual_gpus(virtual_gpus_);
-  if (profiles_dir_opt_->count() > 0) given.set_profiles_dir(profiles_dir_);
-  if (tls_cert_opt_->count() > 0) given.set_tls_cert(tls_cert_);
-  if (tls_key_opt_->count() > 0) given.set_tls_key(tls_key_);
-  if (tls_client_ca_opt_->count() > 0) given.set_tls_client_ca(tls_client_ca_);
-  if (token_file_opt_->count() > 0) given.set_token_file(token_file_);
-  if (port_file_opt_->count() > 0) given.set_port_file(port_file_);
-  if (grace_s_opt_->count() > 0) given.set_grace_s(grace_s_);
-  if (controller_opt_->count() > 0) given.set_controller(controller_);
-  if (engine_command_opt_->count() > 0) {
-    given.set_engine_command(engine_command_);
-  }
-  if (log_dir_opt_->count() > 0) given.set_log_dir(log_dir_);
-  if (checkpoint_root_opt_->count() > 0) {
-    given.set_checkpoint_root(checkpoint_root_);
-  }
-  if (in_process_ranks_opt_->count() > 0) {
-    given.set_in_process_ranks(in_process_ranks_);
-  }
-  if (controller_token_file_opt_->count() > 0) {
-    given.set_controller_token_file(controller_token_file_);
-  }
-  if (controller_tls_ca_opt_->count() > 0) {
-    given.set_controller_tls_ca(controller_tls_ca_);
-  }
-  if (controller_tls_cert_opt_->count() > 0) {
-    given.set_controller_tls_cert(controller_tls_cert_);
-  }
-  if (controller_tls_key_opt_->count() > 0) {
-    given.set_controller_tls_key(controller_tls_key_);
-  }
-  return given;
+  return flags_.Given<v1::AgentConfig>();
 }
 
 absl::StatusOr<AgentSettings> AgentFlags::Settings(int cuda_devices) const {
-  v1::AgentConfig file;
-  if (!config_file_.empty()) {
-    absl::StatusOr<v1::AgentConfig> loaded = LoadAgentConfigFile(config_file_);
-    if (!loaded.ok()) return loaded.status();
-    file = *std::move(loaded);
-  }
-  return ResolveAgentConfig(file, config_file_, Given(), cuda_devices);
+  absl::StatusOr<v1::AgentConfig> file =
+      flags_.File<v1::AgentConfig>(CheckFileValues);
+  if (!file.ok()) return file.status();
+  return ResolveAgentConfig(*file, flags_.config_file(), Given(), cuda_devices);
 }
 
 }  // namespace arachne::agent

@@ -10,9 +10,11 @@
 // (or node in the config file), got none"). All are InvalidArgument except
 // files that cannot be read (NotFound naming the setting and the path).
 //
-// Kept apart from main.cc and from the training runtime (target
-// arachne_agent_config needs neither LibTorch nor the runtime) so that
-// reading, merging and checking are tested (test/agent/agent_config_test.cc).
+// Reading and merging are the shared reader's (config/config_reader.h); the
+// fields, defaults and checks are here. Kept apart from main.cc and from the
+// training runtime (target arachne_agent_config needs neither LibTorch nor
+// the runtime) so that reading, merging and checking are tested
+// (test/agent/agent_config_test.cc).
 #ifndef ARACHNE_WORKER_AGENT_AGENT_CONFIG_H_
 #define ARACHNE_WORKER_AGENT_AGENT_CONFIG_H_
 
@@ -24,14 +26,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "arachne/v1/agent_config.pb.h"
+#include "config/config_reader.h"
 #include "planner_service/core/gpu_catalog.h"
 #include "planner_service/core/model.h"
 #include "rpc/credentials.h"
-
-namespace CLI {
-class App;
-class Option;
-}  // namespace CLI
 
 namespace arachne::agent {
 
@@ -128,7 +126,7 @@ class AgentFlags {
   // After app.parse(): the --config path ("" when not given) and the flags
   // given on the command line (flags not given are unset there, so they do
   // not override the file).
-  const std::string& config_file() const { return config_file_; }
+  const std::string& config_file() const { return flags_.config_file(); }
   v1::AgentConfig Given() const;
 
   // Config file (if any) merged with the flags given, resolved
@@ -136,24 +134,7 @@ class AgentFlags {
   absl::StatusOr<AgentSettings> Settings(int cuda_devices) const;
 
  private:
-  std::string config_file_;
-  std::string listen_, node_, host_, gpu_type_, profiles_dir_, failpoint_;
-  int virtual_gpus_ = 0;
-  std::string tls_cert_, tls_key_, tls_client_ca_, token_file_, port_file_;
-  double grace_s_ = 0;
-  std::string engine_command_, log_dir_, checkpoint_root_;
-  bool in_process_ranks_ = false;
-  CLI::Option *engine_command_opt_, *log_dir_opt_, *in_process_ranks_opt_,
-      *checkpoint_root_opt_;
-  std::string controller_, controller_token_file_, controller_tls_ca_,
-      controller_tls_cert_, controller_tls_key_;
-  CLI::Option *controller_opt_, *controller_token_file_opt_,
-      *controller_tls_ca_opt_, *controller_tls_cert_opt_,
-      *controller_tls_key_opt_;
-  CLI::Option *listen_opt_, *node_opt_, *host_opt_, *gpu_type_opt_,
-      *virtual_gpus_opt_, *profiles_dir_opt_, *tls_cert_opt_, *tls_key_opt_,
-      *tls_client_ca_opt_, *token_file_opt_, *port_file_opt_, *grace_s_opt_,
-      *failpoint_opt_;
+  ConfigFlags flags_;
 };
 
 }  // namespace arachne::agent

@@ -3,7 +3,9 @@
 // arachne.v1.ServerConfig in proto/arachne/v1/server_config.proto). Every
 // flag is a field of the same name ('-' written '_'); a flag given on the
 // command line overrides the file, a field in neither keeps its default.
-// Kept apart from main.cc so that reading, merging and checking are tested
+// Reading and merging are the shared reader's (config/config_reader.h); the
+// fields, defaults and checks are here. Kept apart from main.cc so that
+// reading, merging and checking are tested
 // (test/server/server_config_test.cc).
 #ifndef ARACHNE_PLANNER_SERVICE_SERVER_SERVER_CONFIG_H_
 #define ARACHNE_PLANNER_SERVICE_SERVER_SERVER_CONFIG_H_
@@ -15,13 +17,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "arachne/v1/server_config.pb.h"
+#include "config/config_reader.h"
 #include "planner_service/api/planner_handler_impl.h"
 #include "planner_service/server/planner_server.h"
-
-namespace CLI {
-class App;
-class Option;
-}  // namespace CLI
 
 namespace arachne {
 
@@ -48,10 +46,6 @@ absl::StatusOr<v1::ServerConfig> LoadServerConfigFile(const std::string& path);
 absl::Status CheckServerConfigValues(const v1::ServerConfig& config,
                                      absl::string_view source);
 
-// `file` with every field set in `flags` replacing the file's value.
-v1::ServerConfig MergeServerConfig(const v1::ServerConfig& file,
-                                   const v1::ServerConfig& flags);
-
 // Defaults for unset fields, the checks that involve two fields (which may
 // come from different places, so errors name the fields without a source:
 // "max_in_flight: must be >= workers (8), got 4"), and the bearer token read
@@ -70,7 +64,7 @@ class ServerFlags {
   // After app.parse(): the --config path ("" when not given) and the flags
   // given on the command line as a ServerConfig (flags not given are unset
   // there, so they do not override the file).
-  const std::string& config_file() const { return config_file_; }
+  const std::string& config_file() const { return flags_.config_file(); }
   v1::ServerConfig Given() const;
 
   // Config file (if any) merged with the flags given, resolved. Errors as
@@ -79,15 +73,7 @@ class ServerFlags {
   absl::StatusOr<ServerSettings> Settings() const;
 
  private:
-  std::string config_file_;
-  std::string listen_, health_listen_, profiles_dir_, policies_dir_;
-  int workers_ = 0, max_in_flight_ = 0;
-  double default_budget_s_ = 0, max_budget_s_ = 0, grace_s_ = 0;
-  std::string tls_cert_, tls_key_, tls_client_ca_, token_file_;
-  CLI::Option *listen_opt_, *health_listen_opt_, *profiles_dir_opt_,
-      *workers_opt_, *max_in_flight_opt_, *default_budget_s_opt_,
-      *max_budget_s_opt_, *grace_s_opt_, *tls_cert_opt_, *tls_key_opt_,
-      *tls_client_ca_opt_, *token_file_opt_, *policies_dir_opt_;
+  ConfigFlags flags_;
 };
 
 }  // namespace arachne
