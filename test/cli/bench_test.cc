@@ -11,9 +11,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "bench/harness/bench_runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/cli/bench_runner.h"
 #include "planner_service/core/learned_planner.h"
 #include "planner_service/core/planners.h"
 #include "planner_service/io/gpu_catalog_io.h"

@@ -18,8 +18,8 @@
 //                     plots can show it apart from planning time
 // and, when python3 with matplotlib is available, the PNG plots that
 // bench/plot_results.py draws from those files.
-#ifndef ARACHNE_PLANNER_SERVICE_CLI_BENCH_RUNNER_H_
-#define ARACHNE_PLANNER_SERVICE_CLI_BENCH_RUNNER_H_
+#ifndef ARACHNE_BENCH_HARNESS_BENCH_RUNNER_H_
+#define ARACHNE_BENCH_HARNESS_BENCH_RUNNER_H_
 
 #include <cstdint>
 #include <ostream>
@@ -178,4 +178,4 @@ bool DrawPlots(const std::string& plot_script, const std::string& out_dir,
 
 }  // namespace arachne
 
-#endif  // ARACHNE_PLANNER_SERVICE_CLI_BENCH_RUNNER_H_
+#endif  // ARACHNE_BENCH_HARNESS_BENCH_RUNNER_H_

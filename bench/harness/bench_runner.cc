@@ -1,4 +1,4 @@
-#include "planner_service/cli/bench_runner.h"
+#include "bench/harness/bench_runner.h"
 
 #include <algorithm>
 #include <atomic>
