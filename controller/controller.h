@@ -233,8 +233,11 @@ class JobController {
   void Measure(int64_t generation, const std::vector<NodeReport>& reports);
   // Fits the corrections on every measured generation when something new
   // was measured since the last fit and `force` or the refit interval
-  // passed; a refused fit keeps the corrections in force.
-  void MaybeFit(bool force);
+  // passed; a refused fit keeps the corrections in force. Outside a replan
+  // (`replanning` false), a fit that moves a compute scale by more than
+  // the job's replan_correction_factor from decided_compute_scale_ asks for
+  // one.
+  void MaybeFit(bool force, bool replanning = false);
   // The corrections in force, those of the GPU types of `plans` that never
   // ran imputed (ImputeUnmeasuredTypes; `unmeasured` receives them);
   // nullopt when none are in force.
@@ -306,6 +309,9 @@ class JobController {
   int64_t meter_generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool have_corrections_ ABSL_GUARDED_BY(mu_) = false;
   RunCorrections corrections_ ABSL_GUARDED_BY(mu_);
+  // The compute scales in force when the current plan was last decided on
+  // (MaybeFit compares a new fit with them).
+  std::map<std::string, double> decided_compute_scale_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> corrections_on_ ABSL_GUARDED_BY(mu_);
   std::string corrections_note_ ABSL_GUARDED_BY(mu_);
   absl::Time corrections_fitted_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

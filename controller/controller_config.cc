@@ -146,6 +146,17 @@ absl::StatusOr<JobSettings> ResolveJob(const v1::JobSpec& spec,
     }
     *field = value;
   }
+  if (spec.has_replan_correction_factor()) {
+    const double f = spec.replan_correction_factor();
+    if (!(f == 0 || (f >= kMinReplanCorrectionFactor &&
+                     f <= kMaxReplanCorrectionFactor))) {
+      return FieldError(source, "replan_correction_factor",
+                        absl::StrCat("must be 0 (never) or in [",
+                                     kMinReplanCorrectionFactor, ", ",
+                                     kMaxReplanCorrectionFactor, "], got ", f));
+    }
+    j.replan_correction_factor = f;
+  }
   if (spec.has_flap_leaves()) {
     if (spec.flap_leaves() < 1) {
       return FieldError(source, "flap_leaves",

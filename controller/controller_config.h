@@ -51,6 +51,9 @@ struct JobSettings {
   // unmeasured GPU type counts against a switch (controller/decision.h).
   double switch_min_gain = 0.05;
   double unmeasured_type_margin = 0.1;
+  // A fit moving a compute scale by more than this factor since the last
+  // decision's prices asks for a replan; 0 = never.
+  double replan_correction_factor = 2;
   std::string checkpoint_dir;
   // Restore from here when an ungraceful leave took bytes no surviving GPU
   // holds; "" = stop training with an error then.
@@ -109,6 +112,10 @@ struct NodeAuthConfig {
 // At most this many nodes in --node-tokens-file, a token at most this long.
 inline constexpr int kMaxNodeTokens = 100000;
 inline constexpr size_t kMaxTokenBytes = 4096;
+// JobSettings::replan_correction_factor, when not 0: below 1.05 a fit's
+// noise would replan; above 1e4, no correction the fit allows gets there.
+inline constexpr double kMinReplanCorrectionFactor = 1.05;
+inline constexpr double kMaxReplanCorrectionFactor = 1e4;
 
 // Reads --node-tokens-file: "<node> <token>" per line, '#' comments and
 // blank lines skipped. InvalidArgument naming `field`, the line and what is

@@ -50,6 +50,30 @@ std::string ClusterLine(const Cluster& cluster, const GpuCatalog& catalog) {
   return absl::StrJoin(parts, ", ");
 }
 
+// The first GPU type whose compute scale in `now` is more than `factor`
+// times (either way) that in `decided` (1 where absent), as
+// "compute_scale[A6000] 1 -> 1993"; "" when none is, or factor is 0.
+std::string MovedComputeScale(const std::map<std::string, double>& decided,
+                              const std::map<std::string, double>& now,
+                              double factor) {
+  if (factor <= 0) return "";
+  std::set<std::string> types;
+  for (const auto& [t, s] : decided) types.insert(t);
+  for (const auto& [t, s] : now) types.insert(t);
+  auto scale = [](const std::map<std::string, double>& m,
+                  const std::string& t) {
+    auto it = m.find(t);
+    return it == m.end() ? 1.0 : it->second;
+  };
+  for (const std::string& t : types) {
+    const double from = scale(decided, t), to = scale(now, t);
+    if (to > from * factor || from > to * factor) {
+      return absl::StrFormat("compute_scale[%s] %.4g -> %.4g", t, from, to);
+    }
+  }
+  return "";
+}
+
 double JsonNumber(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
@@ -135,6 +159,8 @@ absl::Status JobController::RestoreMeasurements() {
   corrected_ = std::move(corrected);
   have_corrections_ = corrections.has_value();
   if (corrections) corrections_ = *corrections;
+  // The plan running was decided on these (or on none).
+  decided_compute_scale_ = corrections_.compute_scale;
   corrections_note_ = note;
   corrections_fitted_ = stored->fitted;
   corrections_on_ = fitted_on;
@@ -274,7 +300,7 @@ void JobController::Measure(int64_t generation,
   }
 }
 
-void JobController::MaybeFit(bool force) {
+void JobController::MaybeFit(bool force, bool replanning) {
   std::vector<GenerationRecord> records;
   {
     absl::MutexLock lock(&mu_);
@@ -324,11 +350,17 @@ void JobController::MaybeFit(bool force) {
     stored.fitted = clock_->Now();
   }
   std::string message;
+  std::string moved;  // a compute scale beyond the replan factor, if any
   {
     absl::MutexLock lock(&mu_);
     if (fit.status.ok()) {
       have_corrections_ = true;
       corrections_ = fit.corrections;
+      if (!replanning) {
+        moved = MovedComputeScale(decided_compute_scale_,
+                                  corrections_.compute_scale,
+                                  config_.job.replan_correction_factor);
+      }
       corrections_on_ = fit.generations;
       corrections_note_ = fit.note;
       corrections_fitted_ = stored.fitted;
@@ -361,6 +393,9 @@ void JobController::MaybeFit(bool force) {
     LOG(ERROR) << "recording the corrections: " << s;
   }
   Emit("calibration", message, generation());
+  if (!moved.empty()) {
+    membership_.RequestReplan(absl::StrCat("corrections moved ", moved));
+  }
 }
 
 std::optional<RunCorrections> JobController::CorrectionsFor(

@@ -258,8 +258,12 @@ std::string LostWhat(const std::set<std::string>& nodes,
 void JobController::Replan(const std::string& trigger) {
   const absl::Time replan_start = absl::Now();
   // The decision reads the latest measurements: what arrived since the
-  // last fit is fitted first.
-  MaybeFit(true);
+  // last fit is fitted first, and is what this decision is priced with.
+  MaybeFit(true, /*replanning=*/true);
+  {
+    absl::MutexLock lock(&mu_);
+    decided_compute_scale_ = corrections_.compute_scale;
+  }
   double planning_s = 0;
   Cluster current_cluster;
   Plan current_plan;

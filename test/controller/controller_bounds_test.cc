@@ -541,5 +541,37 @@ TEST(JobBounds, SwitchMinGainAndUnmeasuredTypeMarginAreFractions) {
             "job.yaml: unmeasured_type_margin: must be in [0, 1], got nan");
 }
 
+// replan_correction_factor: 2 by default, 0 (never) or a factor in
+// [1.05, 10000], else an error naming the field and the value.
+TEST(JobBounds, ReplanCorrectionFactorIsZeroOrAFactor) {
+  absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog();
+  absl::StatusOr<std::vector<ModelSpec>> models = LoadModelCatalog();
+  ASSERT_TRUE(catalog.ok() && models.ok());
+  v1::JobSpec spec;
+  spec.mutable_model()->set_name("tiny-gpt");
+  spec.set_iterations(10);
+  absl::StatusOr<JobSettings> j = ResolveJob(spec, "job.yaml", *catalog, *models);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_DOUBLE_EQ(j->replan_correction_factor, 2);
+  for (double ok : {0.0, 1.05, 10000.0}) {
+    spec.set_replan_correction_factor(ok);
+    j = ResolveJob(spec, "job.yaml", *catalog, *models);
+    ASSERT_TRUE(j.ok()) << j.status();
+    EXPECT_DOUBLE_EQ(j->replan_correction_factor, ok);
+  }
+  spec.set_replan_correction_factor(1);
+  EXPECT_EQ(ResolveJob(spec, "job.yaml", *catalog, *models).status().message(),
+            "job.yaml: replan_correction_factor: must be 0 (never) or in "
+            "[1.05, 10000], got 1");
+  spec.set_replan_correction_factor(-2);
+  EXPECT_EQ(ResolveJob(spec, "job.yaml", *catalog, *models).status().message(),
+            "job.yaml: replan_correction_factor: must be 0 (never) or in "
+            "[1.05, 10000], got -2");
+  spec.set_replan_correction_factor(std::nan(""));
+  EXPECT_EQ(ResolveJob(spec, "job.yaml", *catalog, *models).status().message(),
+            "job.yaml: replan_correction_factor: must be 0 (never) or in "
+            "[1.05, 10000], got nan");
+}
+
 }  // namespace
 }  // namespace arachne::controller

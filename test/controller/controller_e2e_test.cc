@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test/controller/controller_harness.h"
@@ -319,6 +320,58 @@ TEST(ControllerE2E, MeasuredIterationTimesCorrectThePredictions) {
   LOG(INFO) << "decision: " << d.ShortDebugString();
   LOG(INFO) << "measurement: " << st->measurement().ShortDebugString();
   LOG(INFO) << "corrections: " << st->corrections().ShortDebugString();
+}
+
+// A first fit far from the profiles replans (replan_correction_factor 2):
+// CPU ranks run ~500x slower than the A6000 the first plan was priced at,
+// so the plan was chosen on wrong prices. The controller asks for a replan
+// on its own, names the moved scale in the trigger, and decides on the
+// corrected prices; the replan's fit sets the prices its decision used, so
+// the same fit does not ask again.
+TEST(ControllerE2E, AFitFarFromTheProfilesReplansOnMeasuredPrices) {
+  const std::string dir = TempDir("refit-replan");
+  ControllerProcess controller(dir);
+  ASSERT_TRUE(controller
+                  .Start(testing::JobYaml(
+                      testing::JobOptions()
+                          .Iterations(14)
+                          .Lease(5)
+                          .ReplanCorrectionFactor(2)
+                          .Extra("measure_warmup_iterations: 1\n"
+                                 "measure_window: 5")))
+                  .ok());
+  std::unique_ptr<AgentProcess> a = StartAgent("a", 2, dir, controller);
+  std::unique_ptr<AgentProcess> b = StartAgent("b", 1, dir, controller);
+  absl::StatusOr<v1::GetStatusResponse> st = WaitFor(
+      controller,
+      [](const v1::GetStatusResponse& s) { return s.decisions_size() > 0; },
+      absl::Seconds(45), "the replan the first fit asks for");
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->decisions_size(), 1);
+  const v1::Decision d = st->decisions(0);
+  EXPECT_THAT(d.trigger(), ::testing::MatchesRegex(
+                               "replan \\(corrections moved "
+                               "compute_scale\\[A6000\\] 1 -> [0-9.e+]+\\)"))
+      << d.ShortDebugString();
+  // Priced on the measured speed: both plans' corrected throughputs far
+  // below their raw ones.
+  EXPECT_THAT(d.corrections(), ::testing::StartsWith("compute_scale A6000 "));
+  EXPECT_GT(d.old_throughput_raw(), 10 * d.old_throughput()) << d.ShortDebugString();
+  EXPECT_GT(d.new_throughput_raw(), 10 * d.new_throughput()) << d.ShortDebugString();
+  EXPECT_EQ(st->corrections().generations(), 1);
+  LOG(INFO) << "decision: " << d.ShortDebugString();
+  // Trained to the end, and no second replan for the same fit.
+  st = WaitFor(
+      controller,
+      [](const v1::GetStatusResponse& s) { return s.iteration() >= 14; },
+      absl::Seconds(50), "the last iteration");
+  ASSERT_TRUE(st.ok()) << st.status();
+  int on_corrections = 0;
+  for (const v1::Decision& x : st->decisions()) {
+    on_corrections += absl::StrContains(x.trigger(), "corrections moved");
+  }
+  EXPECT_GE(on_corrections, 1);
+  EXPECT_LE(on_corrections, st->corrections().generations());
 }
 
 // The same loop on the PyTorch engine (python/arachne_torch), for a dense
