@@ -4,9 +4,10 @@ event streams `arachne watch --format json` recorded (one JSON object per
 line, arachne.v1.Event in protobuf's JSON mapping: int64 fields are strings).
 
     demo_timeline.py wait EVENTS [--iteration N] [--generation G]
-                     [--committed G] [--timeout S]
+                     [--committed G] [--decision TEXT] [--timeout S]
         returns once the stream shows what is asked (training at iteration
-        >= N [of generation >= G], or the switch to generation G committed);
+        >= N [of generation >= G], the switch to generation G committed, or
+        a decision whose message contains TEXT: its message is printed);
         exit 1 with the last event seen after --timeout seconds, or at once
         when the controller reports an error or an aborted switch (unless
         --tolerate-errors).
@@ -16,7 +17,8 @@ line, arachne.v1.Event in protobuf's JSON mapping: int64 fields are strings).
         prints every decision with its numbers, each switch's bytes moved and
         downtime breakdown (the controller's switch log in its SQLite
         database), and the loss of every iteration beside the run without
-        switches; writes the timeline plot
+        switches, each switch's predicted gain beside the measured one (the
+        generations' measured iteration times); writes the timeline plot
         (throughput and loss over time, switches marked: the paper's Figure 8
         shape) when matplotlib is importable, else says so.
 
@@ -74,7 +76,13 @@ def cmd_wait(args):
                 print(f"demo: the controller reports an error: {e.get('message')}",
                       file=sys.stderr)
                 return 1
-        if args.committed is not None:
+        if args.decision is not None:
+            for e in events:
+                if (e.get("kind") == "decision"
+                        and args.decision in e.get("message", "")):
+                    print(e.get("message"))
+                    return 0
+        elif args.committed is not None:
             if args.committed in committed_generations(events):
                 return 0
         else:
@@ -83,9 +91,11 @@ def cmd_wait(args):
             if it and max(int(num(e, "iteration")) for e in it) >= args.iteration:
                 return 0
         if time.time() > deadline:
-            what = (f"the switch to generation {args.committed}" if args.committed
-                    is not None else f"iteration {args.iteration} of generation "
-                    f">= {args.generation}")
+            what = (f"a decision on \"{args.decision}\"" if args.decision
+                    is not None else f"the switch to generation {args.committed}"
+                    if args.committed is not None else
+                    f"iteration {args.iteration} of generation >= "
+                    f"{args.generation}")
             print(f"demo: timed out after {args.timeout:.0f} s waiting for {what}; "
                   f"last event: {json.dumps(last)}", file=sys.stderr)
             return 1
@@ -155,6 +165,45 @@ def switch_records(db):
     return out
 
 
+def measured_iteration_s(db):
+    """generation -> its measured iteration time (s), from the `generations`
+    table of controller.db; generations not measured yet are left out."""
+    import sqlite3
+    out = {}
+    try:
+        c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        for g, t in c.execute(
+                "select generation, measured_iteration_s from generations"):
+            if t and t > 0:
+                out[int(g)] = float(t)
+        c.close()
+    except sqlite3.Error as e:
+        print(f"demo: cannot read the generations in {db}: {e}", file=sys.stderr)
+    return out
+
+
+def gains(events, measured, within=0.25):
+    """(generation, trigger, predicted new/old, measured new/old, ok) per
+    switch a gain decided (not a forced one) whose generation and the one
+    before it were both measured; ok when the predicted speed-up is within
+    `within` of the measured one (ratio of the two in [1 - within,
+    1 + within])."""
+    out = []
+    for e in events:
+        d = e.get("decision") if e.get("kind") == "decision" else None
+        if not d or d.get("verdict") != "switch":
+            continue
+        g = int(num(d, "generation"))
+        old, new = num(d, "old_throughput"), num(d, "new_throughput")
+        if old <= 0 or new <= 0 or g - 1 not in measured or g not in measured:
+            continue  # a forced switch (the old plan no longer fits)
+        predicted = new / old
+        actual = measured[g - 1] / measured[g]
+        out.append((g, d.get("trigger"), predicted, actual,
+                    abs(predicted / actual - 1) <= within))
+    return out
+
+
 def cmd_report(args):
     live = read_events(args.live)
     ref = read_events(args.reference)
@@ -202,6 +251,16 @@ def cmd_report(args):
               f"{f('prepareS'):.3f} s while training went on; slowest agent: pause "
               f"{f('agentPauseS'):.3f}, stage1 {f('agentStage1S'):.3f}, stage2 "
               f"{f('agentStage2S'):.3f}, rebuild {f('agentRebuildS'):.3f} s")
+
+    print("\npredicted against measured gains (switches a gain decided; "
+          "measured: the generations' median iteration times)")
+    rows = gains(live, measured_iteration_s(args.db))
+    for g, trigger, predicted, actual, ok in rows:
+        print(f"  generation {g} ({trigger}): predicted x{predicted:.3f}, "
+              f"measured x{actual:.3f} ({'within' if ok else 'NOT within'} "
+              f"25%)")
+    if not rows:
+        print("  none measured on both sides")
 
     lv, rf = losses_by_iteration(live), losses_by_iteration(ref)
     common = sorted(set(lv) & set(rf))
@@ -291,6 +350,7 @@ def main():
     w.add_argument("--iteration", type=int, default=0)
     w.add_argument("--generation", type=int, default=1)
     w.add_argument("--committed", type=int)
+    w.add_argument("--decision")
     w.add_argument("--timeout", type=float, default=60)
     w.add_argument("--tolerate-errors", action="store_true")
     r = sub.add_parser("report")
