@@ -10,7 +10,7 @@
 #include "absl/random/random.h"
 #include "benchmark/benchmark.h"
 #include "glog/logging.h"
-#include "planner_service/core/construction_env.h"
+#include "planner_service/core/learned/construction_env.h"
 #include "planner_service/io/planning_context.h"
 
 namespace arachne {

@@ -24,7 +24,7 @@
 #include "migration/core/executor.h"
 #include "migration/core/schedule.h"
 #include "migration/core/state_layout.h"
-#include "planner_service/core/exact_planner.h"
+#include "planner_service/core/planners/exact_planner.h"
 #include "planner_service/io/planning_context.h"
 #ifdef ARACHNE_HAVE_GLOO
 #include "migration/gloo/gloo_transport.h"

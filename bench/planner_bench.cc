@@ -7,7 +7,7 @@
 #include "absl/time/time.h"
 #include "benchmark/benchmark.h"
 #include "glog/logging.h"
-#include "planner_service/core/exact_planner.h"
+#include "planner_service/core/planners/exact_planner.h"
 #include "planner_service/io/planning_context.h"
 
 namespace arachne {

@@ -16,7 +16,7 @@
 
 #include "benchmark/benchmark.h"
 #include "glog/logging.h"
-#include "planner_service/core/construction_env.h"
+#include "planner_service/core/learned/construction_env.h"
 #include "planner_service/io/planning_context.h"
 #include "planner_service/policy/checkpoint.h"
 #include "planner_service/policy/policy_network.h"

@@ -15,10 +15,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "controller/measurement.h"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/model.h"
-#include "planner_service/core/plan.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/model.h"
+#include "planner_service/core/model/plan.h"
 #include "planner_service/io/run_calibration.h"
 
 namespace arachne::controller {

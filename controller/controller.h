@@ -48,9 +48,9 @@
 #include "controller/reconfigurer.h"
 #include "controller/store.h"
 #include "nlohmann/json.hpp"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/plan.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/plan.h"
 #include "worker_agent/agent_client.h"
 #include "worker_agent/job_store.h"
 

@@ -35,9 +35,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/plan.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/plan.h"
 #include "worker_agent/agent_client.h"
 #include "worker_agent/node_runtime.h"
 

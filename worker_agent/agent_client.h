@@ -19,7 +19,7 @@
 #include "absl/time/time.h"
 #include "arachne/v1/agent.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model/gpu_catalog.h"
 #include "rpc/credentials.h"
 #include "worker_agent/controller_identity.h"
 #include "worker_agent/node_ranks.h"

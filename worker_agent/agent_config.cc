@@ -10,7 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "planner_service/core/node_pool.h"
+#include "planner_service/core/model/node_pool.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/input_bounds.h"
 #include "planner_service/io/json_yaml.h"

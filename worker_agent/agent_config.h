@@ -27,8 +27,8 @@
 #include "absl/time/time.h"
 #include "arachne/v1/agent_config.pb.h"
 #include "config/config_reader.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/model.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/model.h"
 #include "rpc/credentials.h"
 
 namespace arachne::agent {

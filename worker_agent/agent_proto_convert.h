@@ -23,8 +23,8 @@
 #include "migration/core/diff.h"
 #include "migration/core/schedule.h"
 #include "migration/core/state_layout.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/model.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/model.h"
 #include "worker_agent/node_ranks.h"
 
 namespace arachne::agent {

@@ -33,8 +33,8 @@
 #include "absl/time/time.h"
 #include "arachne/v1/agent.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/model.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/model.h"
 #include "rpc/credentials.h"
 #include "worker_agent/node_ranks.h"
 

@@ -27,7 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model/gpu_catalog.h"
 #include "worker_agent/node_ranks.h"
 
 namespace arachne::agent {

@@ -20,9 +20,9 @@
 
 #include "absl/status/statusor.h"
 #include "migration/core/state_layout.h"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/plan.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/plan.h"
 
 namespace arachne::migration {
 

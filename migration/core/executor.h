@@ -25,7 +25,7 @@
 #include "migration/core/schedule.h"
 #include "migration/core/state_layout.h"
 #include "migration/core/transport.h"
-#include "planner_service/core/planner.h"
+#include "planner_service/core/planners/planner.h"
 
 namespace arachne::migration {
 

@@ -29,9 +29,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/model.h"
-#include "planner_service/core/plan.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/model/model.h"
+#include "planner_service/core/model/plan.h"
 
 namespace arachne::migration {
 

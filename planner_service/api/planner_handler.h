@@ -20,9 +20,9 @@
 #include "absl/time/time.h"
 #include "arachne/v1/planner.pb.h"
 #include "nlohmann/json.hpp"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/model.h"
-#include "planner_service/core/planner.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/model.h"
+#include "planner_service/core/planners/planner.h"
 
 namespace arachne {
 

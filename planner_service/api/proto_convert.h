@@ -10,8 +10,8 @@
 #include "arachne/v1/planner.pb.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/api/planner_handler.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/model.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/model.h"
 #include "planner_service/core/planning_options.h"
 
 namespace arachne {

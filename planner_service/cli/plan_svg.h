@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "planner_service/core/cost_model.h"
-#include "planner_service/core/plan.h"
+#include "planner_service/core/cost/cost_model.h"
+#include "planner_service/core/model/plan.h"
 
 namespace arachne {
 

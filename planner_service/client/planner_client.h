@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
-#include "planner_service/core/plan.h"
+#include "planner_service/core/model/plan.h"
 #include "planner_service/api/planner_handler.h"
 
 namespace arachne {

@@ -5,16 +5,15 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "planner_service/core/amp_planner.h"
-#include "planner_service/core/espresso_planner.h"
-#include "planner_service/core/exact_planner.h"
-#include "planner_service/core/hexiscale_planner.h"
-#include "planner_service/core/learned_planner.h"
-#include "planner_service/core/metis_planner.h"
-#include "planner_service/core/random_planner.h"
-#include "planner_service/core/sailor_planner.h"
+#include "planner_service/core/planners/amp_planner.h"
+#include "planner_service/core/planners/espresso_planner.h"
+#include "planner_service/core/planners/exact_planner.h"
+#include "planner_service/core/planners/hexiscale_planner.h"
+#include "planner_service/core/learned/learned_planner.h"
+#include "planner_service/core/planners/metis_planner.h"
+#include "planner_service/core/planners/random_planner.h"
+#include "planner_service/core/planners/sailor_planner.h"
 
 namespace arachne {
 
@@ -132,80 +131,6 @@ absl::Duration DefaultBudget(absl::string_view planner,
                              absl::Duration search_default) {
   return IsLatencyBudgeted(planner) ? LearnedPlannerConfig{}.latency_budget
                                     : search_default;
-}
-
-namespace {
-
-// The least memory one stage can need on `type`: a middle stage of one layer
-// (MoE where the model has them) at `tp`, one micro-batch in flight.
-StageMemory LeastStageMemory(const CostModel& cm, int type, int tp) {
-  const ModelSpec& model = cm.model();
-  Plan plan;
-  Template t;
-  for (int s = 0; s < 3; ++s) {
-    Stage st;
-    st.gpu_type = type;
-    st.tp = tp;
-    t.stages.push_back(st);
-  }
-  const int L = model.num_layers;
-  t.stages[0].layer_end = L - 2;
-  t.stages[1].layer_begin = L - 2;
-  t.stages[1].layer_end = L - 1;
-  t.stages[2].layer_begin = L - 1;
-  t.stages[2].layer_end = L;
-  if (model.is_moe()) {
-    int ep = tp;
-    while (model.moe.num_experts % ep != 0) ep /= 2;
-    t.stages[1].tiling = ExpertTiling{ep, 1, tp / ep};
-  }
-  t.replicas = 1;
-  t.total_micro_batches = 1;
-  plan.templates.push_back(t);
-  return cm.StageMemoryOf(plan, 0, 1);
-}
-
-// The largest TP degree `type` supports at micro-batch 1; 0 for none.
-int LargestTp(const CostModel& cm, int type) {
-  int tp = 0;
-  for (int t = 1; t <= cm.cluster().MaxNodeSizeOfType(type); t *= 2)
-    if (cm.Supports(type, t, 1)) tp = t;
-  return tp;
-}
-
-}  // namespace
-
-bool SomeLayerFits(const CostModel& cm) {
-  // Too few layers for the three-stage probe: assume it may fit.
-  if (cm.model().num_layers < 3) return true;
-  for (int type : cm.cluster().types_present()) {
-    const int tp = LargestTp(cm, type);
-    if (tp == 0) continue;
-    if (LeastStageMemory(cm, type, tp).total_gib() <= cm.UsableMemoryGib(type))
-      return true;
-  }
-  return false;
-}
-
-std::string ExplainNoFit(const CostModel& cm) {
-  const ModelSpec& model = cm.model();
-  if (model.num_layers < 3) return "";
-  std::vector<std::string> parts;
-  for (int type : cm.cluster().types_present()) {
-    const int tp = LargestTp(cm, type);
-    if (tp == 0) {
-      parts.push_back(absl::StrCat(cm.catalog().type(type).id,
-                                   ": no profile entry at micro-batch 1"));
-      continue;
-    }
-    const StageMemory m = LeastStageMemory(cm, type, tp);
-    parts.push_back(absl::StrFormat(
-        "%s: one layer needs %.1f GiB per GPU at tp=%d, micro-batch 1 "
-        "(%.1f GiB usable)",
-        cm.catalog().type(type).id, m.total_gib(), tp,
-        cm.UsableMemoryGib(type)));
-  }
-  return absl::StrJoin(parts, "; ");
 }
 
 }  // namespace arachne

@@ -10,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "planner_service/core/cost_model.h"
-#include "planner_service/core/planner.h"
+#include "planner_service/core/cost/cost_model.h"
+#include "planner_service/core/planners/planner.h"
 
 namespace arachne {
 
@@ -71,15 +71,6 @@ bool IsLatencyBudgeted(absl::string_view planner);
 absl::Duration DefaultBudget(absl::string_view planner,
                              absl::Duration search_default);
 
-// Why no plan can fit, for error messages: the memory one layer needs per
-// GPU at the largest TP degree and micro-batch 1 on each GPU type, against
-// what the type offers.
-std::string ExplainNoFit(const CostModel& cost_model);
-
-// False when on every GPU type of the cluster even one layer at the largest
-// TP degree and micro-batch 1 exceeds the usable memory (or has no
-// profile): then no plan can fit, however long a search runs.
-bool SomeLayerFits(const CostModel& cost_model);
 
 }  // namespace arachne
 

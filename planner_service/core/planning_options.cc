@@ -7,7 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "planner_service/core/planner.h"
+#include "planner_service/core/planners/planner.h"
 #include "planner_service/core/planners.h"
 
 namespace arachne {

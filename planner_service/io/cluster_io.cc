@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "planner_service/core/node_pool.h"
+#include "planner_service/core/model/node_pool.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/json_yaml.h"
 #include "planner_service/io/message_json.h"

@@ -20,8 +20,8 @@
 #include "absl/strings/string_view.h"
 #include "arachne/v1/planner.pb.h"
 #include "nlohmann/json.hpp"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/model/gpu_catalog.h"
 #include "planner_service/io/input_bounds.h"
 
 namespace arachne {

@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "arachne/v1/planner.pb.h"
-#include "planner_service/core/framework.h"
-#include "planner_service/core/model.h"
+#include "planner_service/core/model/framework.h"
+#include "planner_service/core/model/model.h"
 #include "planner_service/io/json_yaml.h"
 
 namespace arachne {

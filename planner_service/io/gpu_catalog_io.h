@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
-#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model/gpu_catalog.h"
 
 namespace arachne {
 

@@ -10,7 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "arachne/v1/planner.pb.h"
 #include "nlohmann/json.hpp"
-#include "planner_service/core/model.h"
+#include "planner_service/core/model/model.h"
 
 namespace arachne {
 

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "planner_service/core/node_pool.h"
+#include "planner_service/core/model/node_pool.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/framework_io.h"
 #include "planner_service/io/json_yaml.h"

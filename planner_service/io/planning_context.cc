@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "planner_service/core/profile_synthesizer.h"
+#include "planner_service/core/cost/profile_synthesizer.h"
 #include "planner_service/io/cluster_io.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"

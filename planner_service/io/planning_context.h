@@ -9,12 +9,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/cost_model.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/model.h"
-#include "planner_service/core/profile_store.h"
-#include "planner_service/core/profile_synthesizer.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/cost/cost_model.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/model.h"
+#include "planner_service/core/cost/profile_store.h"
+#include "planner_service/core/cost/profile_synthesizer.h"
 
 namespace arachne {
 

@@ -16,8 +16,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
-#include "planner_service/core/csv.h"
-#include "planner_service/core/profile_synthesizer.h"
+#include "planner_service/core/cost/csv.h"
+#include "planner_service/core/cost/profile_synthesizer.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/model_io.h"
 

@@ -15,9 +15,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "planner_service/core/calibration.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/profile_store.h"
+#include "planner_service/core/cost/calibration.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/cost/profile_store.h"
 
 namespace arachne {
 

@@ -37,11 +37,11 @@
 #include "absl/strings/string_view.h"
 #include "arachne/v1/planner.pb.h"
 #include "nlohmann/json.hpp"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/cost_params.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/model.h"
-#include "planner_service/core/plan.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/cost/cost_params.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/model.h"
+#include "planner_service/core/model/plan.h"
 
 namespace arachne {
 

@@ -25,7 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "planner_service/core/gpu_catalog.h"
+#include "planner_service/core/model/gpu_catalog.h"
 #include "planner_service/policy/policy_inference.h"
 
 namespace arachne {

@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "planner_service/core/construction_env.h"
-#include "planner_service/core/cost_model.h"
+#include "planner_service/core/learned/construction_env.h"
+#include "planner_service/core/cost/cost_model.h"
 #include "planner_service/policy/policy_network.h"
 
 namespace arachne {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "planner_service/core/construction_env.h"
+#include "planner_service/core/learned/construction_env.h"
 
 namespace arachne {
 

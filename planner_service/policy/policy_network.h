@@ -24,8 +24,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "planner_service/core/construction_env.h"
-#include "planner_service/core/learned_planner.h"
+#include "planner_service/core/learned/construction_env.h"
+#include "planner_service/core/learned/learned_planner.h"
 #include "planner_service/policy/policy_inference.h"
 
 namespace arachne {

@@ -9,7 +9,7 @@
 #include <array>
 #include <vector>
 
-#include "planner_service/core/construction_env.h"
+#include "planner_service/core/learned/construction_env.h"
 #include "planner_service/policy/policy_network.h"
 
 namespace arachne {

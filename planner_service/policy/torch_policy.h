@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "planner_service/core/learned_planner.h"
+#include "planner_service/core/learned/learned_planner.h"
 
 namespace arachne {
 

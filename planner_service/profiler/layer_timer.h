@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "planner_service/core/model.h"
+#include "planner_service/core/model/model.h"
 
 namespace arachne {
 

@@ -15,7 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "planner_service/core/profile_synthesizer.h"
+#include "planner_service/core/cost/profile_synthesizer.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/profile_io.h"

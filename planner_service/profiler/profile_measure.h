@@ -12,8 +12,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/profile_store.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/cost/profile_store.h"
 
 namespace arachne {
 

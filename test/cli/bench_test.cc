@@ -14,7 +14,7 @@
 #include "bench/harness/bench_runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/learned_planner.h"
+#include "planner_service/core/learned/learned_planner.h"
 #include "planner_service/core/planners.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "test/cli/cli_runner.h"

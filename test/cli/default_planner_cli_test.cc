@@ -20,7 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "planner_service/core/learned_planner.h"
+#include "planner_service/core/learned/learned_planner.h"
 #include "planner_service/policy/torch_policy.h"
 #include "test/cli/cli_runner.h"
 #include "test/policy/registered_policies.h"

@@ -1,5 +1,5 @@
 // Auto-fill on the shipped catalog, models and synthesized profiles.
-#include "planner_service/core/auto_fill.h"
+#include "planner_service/core/planners/auto_fill.h"
 
 #include <cmath>
 #include <limits>
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "planner_service/core/composition_generator.h"
-#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/planners/composition_generator.h"
+#include "planner_service/core/cost/plan_validation.h"
 #include "planner_service/io/cluster_io.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"

@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/learned_planner.h"
+#include "planner_service/core/learned/learned_planner.h"
 #include "planner_service/core/planners.h"
 #include "planner_service/io/planning_context.h"
 

@@ -1,4 +1,4 @@
-#include "planner_service/core/calibration.h"
+#include "planner_service/core/cost/calibration.h"
 
 #include <algorithm>
 #include <chrono>

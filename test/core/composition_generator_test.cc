@@ -1,6 +1,6 @@
 // The training-composition generator: determinism, bounds, exclusion of
 // given compositions (the bench suite), config validation.
-#include "planner_service/core/composition_generator.h"
+#include "planner_service/core/planners/composition_generator.h"
 
 #include <set>
 #include <string>

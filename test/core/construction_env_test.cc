@@ -1,7 +1,7 @@
 // The construction environment: state values on hand-checkable clusters,
 // masks, equivalence with auto-fill, rewards, and a property test of random
 // legal rollouts over generated compositions with the shipped profiles.
-#include "planner_service/core/construction_env.h"
+#include "planner_service/core/learned/construction_env.h"
 
 #include <cmath>
 #include <memory>
@@ -11,9 +11,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/auto_fill.h"
-#include "planner_service/core/composition_generator.h"
-#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/planners/auto_fill.h"
+#include "planner_service/core/planners/composition_generator.h"
+#include "planner_service/core/cost/plan_validation.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/planning_context.h"

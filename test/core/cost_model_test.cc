@@ -1,5 +1,5 @@
 // Cost model on hand-computed cases (see toy_fixture.h for the inputs).
-#include "planner_service/core/cost_model.h"
+#include "planner_service/core/cost/cost_model.h"
 
 #include <cmath>
 #include <random>
@@ -9,9 +9,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/layer_split.h"
-#include "planner_service/core/node_pool.h"
-#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/planners/layer_split.h"
+#include "planner_service/core/model/node_pool.h"
+#include "planner_service/core/cost/plan_validation.h"
 #include "test/core/toy_fixture.h"
 
 namespace arachne {

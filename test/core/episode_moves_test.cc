@@ -1,4 +1,4 @@
-#include "planner_service/core/episode_moves.h"
+#include "planner_service/core/learned/episode_moves.h"
 
 #include <algorithm>
 #include <vector>

@@ -2,15 +2,15 @@
 // time term the cost model and the synthesizer take from it, on
 // hand-computed cases (toy_fixture.h: a FAST dense layer is 1 + 2 ms per
 // micro-batch of 1, 1e6 parameters, 100 MiB of activations).
-#include "planner_service/core/framework.h"
+#include "planner_service/core/model/framework.h"
 
 #include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/cost_model.h"
-#include "planner_service/core/profile_synthesizer.h"
+#include "planner_service/core/cost/cost_model.h"
+#include "planner_service/core/cost/profile_synthesizer.h"
 #include "test/core/toy_fixture.h"
 
 namespace arachne {

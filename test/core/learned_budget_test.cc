@@ -9,8 +9,8 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/learned_planner.h"
-#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/learned/learned_planner.h"
+#include "planner_service/core/cost/plan_validation.h"
 #include "test/core/toy_fixture.h"
 #include "test/policy/policy_test_fixture.h"
 

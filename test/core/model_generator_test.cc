@@ -1,7 +1,7 @@
 // Generated model shapes for the model-conditioned policy: valid,
 // deterministic for a seed, spread over dense and MoE, plannable on
 // synthesized profiles, and bad configs named.
-#include "planner_service/core/model_generator.h"
+#include "planner_service/core/model/model_generator.h"
 
 #include <set>
 #include <vector>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/construction_env.h"
+#include "planner_service/core/learned/construction_env.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/planning_context.h"
 

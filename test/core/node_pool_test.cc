@@ -1,7 +1,7 @@
 // NodePool's node choice against a plain scan of every node, over random
 // clusters and random sequences of placements, give-backs and withheld
 // nodes: the pool's free-count histogram must pick the same node.
-#include "planner_service/core/node_pool.h"
+#include "planner_service/core/model/node_pool.h"
 
 #include <algorithm>
 #include <random>

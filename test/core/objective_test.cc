@@ -6,12 +6,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/auto_fill.h"
-#include "planner_service/core/exact_planner.h"
-#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/planners/auto_fill.h"
+#include "planner_service/core/planners/exact_planner.h"
+#include "planner_service/core/cost/plan_validation.h"
 #include "planner_service/core/planners.h"
-#include "planner_service/core/random_planner.h"
-#include "planner_service/core/search_tracker.h"
+#include "planner_service/core/planners/random_planner.h"
+#include "planner_service/core/planners/search_tracker.h"
 #include "test/core/toy_fixture.h"
 
 namespace arachne {

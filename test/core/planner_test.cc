@@ -4,10 +4,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/auto_fill.h"
-#include "planner_service/core/exact_planner.h"
-#include "planner_service/core/layer_split.h"
-#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/planners/auto_fill.h"
+#include "planner_service/core/planners/exact_planner.h"
+#include "planner_service/core/planners/layer_split.h"
+#include "planner_service/core/cost/plan_validation.h"
 #include "test/core/toy_fixture.h"
 
 namespace arachne {

@@ -1,10 +1,10 @@
-#include "planner_service/core/profile_synthesizer.h"
+#include "planner_service/core/cost/profile_synthesizer.h"
 
 #include <cmath>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/profile_store.h"
+#include "planner_service/core/cost/profile_store.h"
 
 namespace arachne {
 namespace {

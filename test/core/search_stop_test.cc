@@ -4,9 +4,9 @@
 // FailedPrecondition whatever stopped the search.
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/exact_planner.h"
+#include "planner_service/core/planners/exact_planner.h"
 #include "planner_service/core/planners.h"
-#include "planner_service/core/search_tracker.h"
+#include "planner_service/core/planners/search_tracker.h"
 #include "test/core/toy_fixture.h"
 
 namespace arachne {

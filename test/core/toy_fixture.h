@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "glog/logging.h"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/model.h"
-#include "planner_service/core/plan.h"
-#include "planner_service/core/profile_store.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/model.h"
+#include "planner_service/core/model/plan.h"
+#include "planner_service/core/cost/profile_store.h"
 
 namespace arachne::testing {
 

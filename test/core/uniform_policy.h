@@ -4,7 +4,7 @@
 #ifndef ARACHNE_TEST_CORE_UNIFORM_POLICY_H_
 #define ARACHNE_TEST_CORE_UNIFORM_POLICY_H_
 
-#include "planner_service/core/learned_planner.h"
+#include "planner_service/core/learned/learned_planner.h"
 
 namespace arachne::testing {
 

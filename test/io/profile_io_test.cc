@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "planner_service/core/profile_synthesizer.h"
+#include "planner_service/core/cost/profile_synthesizer.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "glog/logging.h"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/model.h"
-#include "planner_service/core/plan.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/model.h"
+#include "planner_service/core/model/plan.h"
 #include "test/core/toy_fixture.h"
 
 namespace arachne::migration::testing {

@@ -21,9 +21,9 @@
 #include "migration/core/state_layout.h"
 #include "migration/core/store.h"
 #include "migration/core/transport.h"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/gpu_catalog.h"
-#include "planner_service/core/plan.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/model/gpu_catalog.h"
+#include "planner_service/core/model/plan.h"
 #include "test/migration/forked_ranks.h"
 
 namespace arachne::migration::testing {

@@ -12,7 +12,7 @@
 #include "migration/core/diff.h"
 #include "migration/core/schedule.h"
 #include "migration/core/state_layout.h"
-#include "planner_service/core/exact_planner.h"
+#include "planner_service/core/planners/exact_planner.h"
 #include "planner_service/io/planning_context.h"
 
 namespace arachne::migration {

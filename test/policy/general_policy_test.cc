@@ -11,8 +11,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/learned_planner.h"
-#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/learned/learned_planner.h"
+#include "planner_service/core/cost/plan_validation.h"
 #include "planner_service/io/data_files.h"
 #include "planner_service/policy/checkpoint.h"
 #include "planner_service/policy/policy_network.h"

@@ -1,7 +1,7 @@
 // The learned planner: valid plans, determinism for a seed, and the errors
 // when no policy is available (no factory, no checkpoint, a checkpoint for
 // another profile set), which name the model and the fallback planner.
-#include "planner_service/core/learned_planner.h"
+#include "planner_service/core/learned/learned_planner.h"
 
 #include <atomic>
 #include <cmath>
@@ -11,7 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/cost/plan_validation.h"
 #include "planner_service/policy/checkpoint.h"
 #include "planner_service/policy/policy_network.h"
 #include "planner_service/policy/torch_policy.h"

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "glog/logging.h"
-#include "planner_service/core/construction_env.h"
-#include "planner_service/core/cost_model.h"
+#include "planner_service/core/learned/construction_env.h"
+#include "planner_service/core/cost/cost_model.h"
 #include "test/core/toy_fixture.h"
 
 namespace arachne::testing {

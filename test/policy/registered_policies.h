@@ -13,7 +13,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "planner_service/core/learned_planner.h"
+#include "planner_service/core/learned/learned_planner.h"
 #include "planner_service/policy/torch_policy.h"
 
 namespace arachne::testing {

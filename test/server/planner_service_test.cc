@@ -17,7 +17,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "planner_service/core/plan_validation.h"
+#include "planner_service/core/cost/plan_validation.h"
 #include "planner_service/core/planners.h"
 #include "planner_service/io/cluster_io.h"
 #include "planner_service/io/gpu_catalog_io.h"

@@ -17,7 +17,7 @@
 #include "migration/core/executor.h"
 #include "migration/core/state_layout.h"
 #include "migration/core/transport.h"
-#include "planner_service/core/model.h"
+#include "planner_service/core/model/model.h"
 
 namespace arachne::agent {
 

@@ -32,8 +32,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "migration/core/state_layout.h"
-#include "planner_service/core/cluster.h"
-#include "planner_service/core/plan.h"
+#include "planner_service/core/model/cluster.h"
+#include "planner_service/core/model/plan.h"
 #include "worker_agent/engine/engine.h"
 
 namespace arachne::agent {
