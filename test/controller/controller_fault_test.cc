@@ -503,7 +503,12 @@ TEST_P(ControllerKilled, RestartFinishesOrRollsBackConsistently) {
   constexpr int kIterations = 8;
   const std::string dir = TempDir("controller-killed-" + phase);
   ControllerProcess controller(dir);
-  const std::string job = JobYaml(JobOptions().Iterations(kIterations));
+  // Pause waits for the iteration in flight: under load (ctest -j4 beside
+  // a build on 2 cores) a tiny-gpt iteration took 11 s, past the default
+  // phase budget of 15 s, and the switch aborted before the phase this
+  // test kills the controller in. The restart is what is tested here.
+  const std::string job =
+      JobYaml(JobOptions().Iterations(kIterations).PhaseTimeouts(60, 150));
   const std::vector<std::string> hold = {"--failpoint",
                                          "hold-before-" + phase + ":3"};
   ASSERT_TRUE(controller.Start(job, hold).ok());
