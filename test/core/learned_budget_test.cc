@@ -11,25 +11,14 @@
 #include "gtest/gtest.h"
 #include "planner_service/core/learned/learned_planner.h"
 #include "planner_service/core/cost/plan_validation.h"
+#include "test/core/planning_fixtures.h"
 #include "test/core/toy_fixture.h"
 #include "test/policy/policy_test_fixture.h"
 
 namespace arachne {
 namespace {
 
-// A clock that advances 100 us each time it is read: the run's own reads
-// (one per rollout and per refinement step) make its time, so where each
-// run stops is deterministic.
-class TickingClock : public Clock {
- public:
-  absl::Time Now() const override {
-    now_ += absl::Microseconds(100);
-    return now_;
-  }
-
- private:
-  mutable absl::Time now_ = absl::UnixEpoch();
-};
+using testing::TickingClock;
 
 // Ten million sampled rollouts cannot finish in 0.2 s; the first 16 are
 // refined all the same, before the rest take the budget. With 16 rollouts
@@ -54,6 +43,7 @@ TEST(LearnedBudgetTest, TheFirstRoundIsRefinedWhateverTheRolloutCount) {
     EXPECT_TRUE(ValidatePlan(r->plan, cm).ok());
     return *std::move(r);
   };
+  // wall_s is the ticking clock's time: deterministic, not the machine's.
   const PlanResult first_round = run(16);
   EXPECT_LT(first_round.stats.wall_s, 0.2);
   const PlanResult all = run(10'000'000);

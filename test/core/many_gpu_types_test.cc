@@ -22,6 +22,7 @@
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/planning_context.h"
+#include "test/core/planning_fixtures.h"
 
 namespace arachne {
 namespace {
@@ -29,17 +30,7 @@ namespace {
 namespace tf = env_type_feature;
 namespace sf = env_summary_feature;
 
-std::unique_ptr<PlanningContext> Context(const std::string& model,
-                                         const std::string& example) {
-  PlanningRequest request;
-  request.model = model;
-  request.cluster_file =
-      std::string(ARACHNE_SOURCE_DIR) + "/examples/" + example;
-  absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
-      PlanningContext::Create(request);
-  CHECK(ctx.ok()) << ctx.status();
-  return *std::move(ctx);
-}
+using testing::ExampleContext;
 
 PlannerOptions Options() {
   PlannerOptions o;
@@ -59,7 +50,7 @@ std::set<int> StageTypes(const Plan& plan) {
 }
 
 TEST(ManyGpuTypesTest, FiveTypesAreGroupedTwoOneOneOne) {
-  auto ctx = Context("llama3-8b", "mix5-52.yaml");
+  auto ctx = ExampleContext("llama3-8b", "mix5-52.yaml");
   ASSERT_EQ(ctx->cluster().types_present().size(), 5u);
   absl::StatusOr<ConstructionEnv> env = ConstructionEnv::Create(
       ctx->cost_model());
@@ -104,7 +95,7 @@ TEST(ManyGpuTypesTest, FiveTypesAreGroupedTwoOneOneOne) {
 }
 
 TEST(ManyGpuTypesTest, EightTypesGroupInPairsAndEveryTypeTakesAStage) {
-  auto ctx = Context("llama3-8b", "mix8-96.yaml");
+  auto ctx = ExampleContext("llama3-8b", "mix8-96.yaml");
   ASSERT_EQ(ctx->cluster().types_present().size(), 8u);
   absl::StatusOr<ConstructionEnv> made =
       ConstructionEnv::Create(ctx->cost_model());
@@ -153,7 +144,7 @@ TEST(ManyGpuTypesTest, EightTypesGroupInPairsAndEveryTypeTakesAStage) {
 }
 
 TEST(ManyGpuTypesTest, AtMostFourTypesKeepOneTypePerTypeSlot) {
-  auto ctx = Context("llama3-8b", "a100-h100-64.yaml");
+  auto ctx = ExampleContext("llama3-8b", "a100-h100-64.yaml");
   absl::StatusOr<ConstructionEnv> env =
       ConstructionEnv::Create(ctx->cost_model());
   ASSERT_TRUE(env.ok()) << env.status();
@@ -170,7 +161,7 @@ class ManyGpuTypesPlanTest
     : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ManyGpuTypesPlanTest, TemplateSearchPlansIt) {
-  auto ctx = Context("llama3-8b", GetParam());
+  auto ctx = ExampleContext("llama3-8b", GetParam());
   auto planner = MakePlanner(kTemplateSearchPlannerName);
   ASSERT_TRUE(planner.ok());
   absl::StatusOr<PlanResult> r =
@@ -185,7 +176,7 @@ TEST_P(ManyGpuTypesPlanTest, TemplateSearchPlansIt) {
 
 TEST_P(ManyGpuTypesPlanTest, TheDefaultPlannerIsTemplateSearchNotAnError) {
   // Whatever policy is registered: none was trained on more than 4 types.
-  auto ctx = Context("llama3-8b", GetParam());
+  auto ctx = ExampleContext("llama3-8b", GetParam());
   DefaultPlannerChoice choice = ChooseDefaultPlanner(ctx->cost_model());
   EXPECT_EQ(choice.name, kTemplateSearchPlannerName);
   EXPECT_EQ(choice.fallback_reason,
