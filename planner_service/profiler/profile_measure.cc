@@ -315,7 +315,7 @@ void AddProfileMeasureFlags(CLI::App* app, ProfileMeasureOptions* o) {
       ->capture_default_str();
   app->add_option("--out", o->out, "the profile CSV to write")->required();
   app->add_option("--profiles-dir", o->profiles_dir,
-                  "override profiles/ data (catalogs, calibration)");
+                  "directory of the catalogs and calibration to use (default: built-in data)");
 }
 
 int RunProfileMeasure(const ProfileMeasureOptions& o, std::ostream& out,
