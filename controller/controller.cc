@@ -87,7 +87,7 @@ absl::StatusOr<std::unique_ptr<JobController>> JobController::Create(
   if (absl::Status s = c->events_.Restore(c->store_.get()); !s.ok()) return s;
   // A generation is fitted on after 3 measured iterations (fewer when the
   // window is shorter): one iteration's median is one noisy sample.
-  c->calibration_ = std::make_unique<OnlineCalibration>(
+  c->calibration_ = std::make_unique<OnlineCorrections>(
       c->catalog_, c->config_.job.job.model, c->config_.job.job.training,
       c->config_.profiles_dir, std::min(3, c->config_.job.measure_window));
   absl::StatusOr<std::unique_ptr<agent::JobStoreServer>> job_store =

@@ -37,13 +37,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "arachne/v1/controller.pb.h"
-#include "controller/calibration.h"
 #include "controller/clock.h"
 #include "controller/controller_config.h"
 #include "controller/decision.h"
 #include "controller/event_log.h"
 #include "controller/measurement.h"
 #include "controller/membership.h"
+#include "controller/online_corrections.h"
 #include "controller/planning.h"
 #include "controller/reconfigurer.h"
 #include "controller/store.h"
@@ -296,10 +296,10 @@ class JobController {
   SwitchCostModel cost_model_ ABSL_GUARDED_BY(mu_);
   absl::Time last_poll_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
-  // The calibration loop (calibration.h): every generation's record, the
-  // current one's meter, the corrections in force and the corrected
+  // The calibration loop (online_corrections.h): every generation's record,
+  // the current one's meter, the corrections in force and the corrected
   // prediction of each generation with them.
-  std::unique_ptr<OnlineCalibration> calibration_;  // set by Create
+  std::unique_ptr<OnlineCorrections> calibration_;  // set by Create
   std::map<int64_t, GenerationRecord> records_ ABSL_GUARDED_BY(mu_);
   // When each generation was switched away from within the last horizon
   // (this process's switches; the hysteresis of decision.h).

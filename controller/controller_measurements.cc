@@ -1,10 +1,10 @@
-// The JobController's side of the calibration loop (calibration.h): every
-// generation's record of measured iteration times and memory, the fits of
-// the corrections and the corrected predictions, and reading all of them
-// back from the store at start. Separate because it is the one concern
-// with its own state (records_, meter_, corrections_ ...) and store
-// tables; the reconcile loop calls into it (StartMeasuring on a commit,
-// MaybeFit, CorrectionsFor and PricedThroughput for a decision).
+// The JobController's side of the calibration loop (online_corrections.h):
+// every generation's record of measured iteration times and memory, the fits of
+// the corrections and the corrected predictions, and reading all of them back
+// from the store at start. Separate because it is the one concern with its own
+// state (records_, meter_, corrections_ ...) and store tables; the reconcile
+// loop calls into it (StartMeasuring on a commit, MaybeFit, CorrectionsFor and
+// PricedThroughput for a decision).
 #include "controller/controller.h"
 
 #include <algorithm>

@@ -23,6 +23,7 @@
 #include "planner_service/io/cluster_io.h"
 #include "planner_service/io/input_bounds.h"
 #include "planner_service/io/plan_io.h"
+#include "planner_service/io/run_corrections_io.h"
 
 namespace arachne::controller {
 namespace {

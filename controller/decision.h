@@ -15,19 +15,19 @@
 // current plan (the paper's "keep" case), and so does a new plan that is
 // not faster at all. Pure functions; every number is recorded.
 //
-// Both throughputs are the cost model's predictions. Once the controller
-// fitted corrections on measured generations (controller/measurement.h,
-// planner_service/io/run_calibration.h) it passes the corrected ones too,
-// and the verdict is decided on those: a raw prediction that is off by a
-// factor (CPU ranks standing in for GPUs, an untuned framework) would
+// Both throughputs are the cost model's predictions. Once the controller fitted
+// corrections on measured generations (controller/measurement.h,
+// planner_service/core/calibration/run_corrections.h) it passes the corrected
+// ones too, and the verdict is decided on those: a raw prediction that is off
+// by a factor (CPU ranks standing in for GPUs, an untuned framework) would
 // otherwise weigh a gain in the wrong units against a measured downtime.
 //
 // Like with like: both plans are priced with the same corrections, and a
 // GPU type of the new plan that never ran (no fitted correction) is priced
 // with the correction its measured fleet implies (ImputeUnmeasuredTypes in
-// controller/calibration.h). That imputation is a guess, so the new plan's
-// throughput counts `unmeasured_margin` against the switch (divided by
-// 1 + margin) when it uses such a type. A switch the current plan does not
+// controller/online_corrections.h). That imputation is a guess, so the new
+// plan's throughput counts `unmeasured_margin` against the switch (divided
+// by 1 + margin) when it uses such a type. A switch the current plan does not
 // need must predict a relative gain above `min_switch_gain`: the cost
 // model's error, corrected, is several percent, so a smaller predicted gain
 // is as likely a loss. And a switch back to a plan the job left less than a

@@ -44,7 +44,8 @@ namespace arachne::controller {
 inline constexpr int kStoreSchemaVersion = 4;
 
 // The measured-run corrections in force (RunCorrections as the
-// calibration file's JSON, run_calibration.h) and what the last fit said.
+// calibration file's JSON, io/run_corrections_io.h) and what the last fit
+// said.
 struct CorrectionsRecord {
   std::string corrections_json;  // "" = none
   int generations = 0;           // fitted on

@@ -28,11 +28,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "planner_service/core/calibration/run_corrections.h"
 #include "planner_service/core/model/gpu_catalog.h"
 #include "planner_service/core/model/model.h"
 #include "planner_service/core/model/plan.h"
 #include "planner_service/core/planners/planner.h"
-#include "planner_service/io/run_calibration.h"
 #include "planner_service/io/scenario_io.h"
 
 namespace arachne {

@@ -22,7 +22,7 @@
 #include "planner_service/io/model_io.h"
 #include "planner_service/io/plan_io.h"
 #include "planner_service/io/planning_context.h"
-#include "planner_service/io/run_calibration.h"
+#include "planner_service/io/run_corrections_io.h"
 
 namespace arachne {
 namespace {

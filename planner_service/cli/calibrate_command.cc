@@ -175,7 +175,7 @@ int RunCalibrateCommand(const CalibrateFlags& f, std::ostream& out,
   FitOptions options;
   options.fit_on = f.fit_on;
   options.parameters = f.parameters;
-  options.profiles_dir = f.profiles_dir;
+  options.pricing = ProfilesDirPricing(f.profiles_dir);
   absl::StatusOr<FitResult> result = FitCorrections(runs->runs, options);
   if (!result.ok()) {
     absl::Status s = result.status();

@@ -1,8 +1,9 @@
 // `arachne calibrate --runs FILE`: fits the cost model's corrections to
-// measured runs (run_calibration.h), prints measured against predicted
-// before and after for every run (fitted-on and held-out), the fitted
-// factors and what was left out, and writes the calibration file that
-// `--calibration FILE` applies (docs/measured-runs.md).
+// measured runs (core/calibration/run_corrections.h), prints measured
+// against predicted before and after for every run (fitted-on and
+// held-out), the fitted factors and what was left out, and writes the
+// calibration file that `--calibration FILE` applies (io/run_corrections_io.h,
+// docs/measured-runs.md).
 #ifndef ARACHNE_PLANNER_SERVICE_CLI_CALIBRATE_COMMAND_H_
 #define ARACHNE_PLANNER_SERVICE_CLI_CALIBRATE_COMMAND_H_
 
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "planner_service/io/run_calibration.h"
+#include "planner_service/io/run_corrections_io.h"
 
 namespace arachne {
 

@@ -706,19 +706,6 @@ absl::Status FieldError(absl::string_view source, absl::string_view path,
       absl::StrCat(source, ": ", path, ": ", message));
 }
 
-std::string QuoteForMessage(absl::string_view s) {
-  const bool cut = s.size() > static_cast<size_t>(kMaxQuotedBytes);
-  // dump() escapes quotes and control characters; `replace` turns bytes that
-  // are not UTF-8 (a sequence cut in two by the abbreviation, too) into
-  // U+FFFD instead of throwing.
-  std::string quoted =
-      Json(std::string(cut ? s.substr(0, kMaxQuotedBytes) : s))
-          .dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (!cut) return quoted;
-  quoted.insert(quoted.size() - 1, "...");
-  return absl::StrCat(quoted, " (", s.size(), " bytes)");
-}
-
 std::string AbbreviateQuoted(absl::string_view message,
                              absl::string_view value) {
   if (value.size() <= static_cast<size_t>(kMaxQuotedBytes)) {

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "planner_service/core/text/quote.h"
 
 // Status plumbing for the io parsers (Abseil ships no such macros). Prefixed
 // so they cannot clash with macros core may define.
@@ -58,9 +59,6 @@ inline constexpr int64_t kMaxInputValues = 1'000'000;
 inline constexpr int64_t kMaxAliasValues = 100'000;
 // Bytes of one string or mapping key.
 inline constexpr int64_t kMaxStringBytes = int64_t{1} << 20;  // 1 MiB
-// Bytes of a user's value an error message quotes before it abbreviates,
-// so a 5 MB name gives a one-line error, not a 5 MB one.
-inline constexpr int kMaxQuotedBytes = 64;
 
 // `message` (from code that quotes `value` whole, such as core's "unknown
 // GPU type \"<value>\"") with that quote abbreviated as QuoteForMessage
@@ -68,10 +66,8 @@ inline constexpr int kMaxQuotedBytes = 64;
 std::string AbbreviateQuoted(absl::string_view message,
                              absl::string_view value);
 
-// `s` quoted for an error message: "\"abc\"", or its first kMaxQuotedBytes
-// bytes and the full size, "\"abc...\" (5242880 bytes)". Bytes that are not
-// UTF-8 are shown as U+FFFD.
-std::string QuoteForMessage(absl::string_view s);
+// QuoteForMessage and kMaxQuotedBytes, the length it abbreviates at, are in
+// planner_service/core/text/quote.h: the core's messages quote alike.
 
 // Offset of the first byte of `s` that does not belong to a well-formed
 // UTF-8 sequence (overlong forms, surrogates and code points above U+10FFFF

@@ -1,5 +1,6 @@
 // Measured-runs files: training runs with the iteration time (and peak
-// memory) they were measured at, for `arachne calibrate` (run_calibration.h).
+// memory) they were measured at, for `arachne calibrate`
+// (core/calibration/run_corrections.h).
 //
 //   source: "optional free text"            # where the runs come from
 //   runs:
@@ -33,7 +34,7 @@
 #include "planner_service/core/model/gpu_catalog.h"
 #include "planner_service/core/model/model.h"
 #include "planner_service/core/model/plan.h"
-#include "planner_service/io/run_calibration.h"
+#include "planner_service/core/calibration/run_corrections.h"
 
 namespace arachne {
 

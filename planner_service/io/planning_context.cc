@@ -31,6 +31,27 @@ absl::Status SynthesizeMissingProfiles(const ModelSpec& model,
   return absl::OkStatus();
 }
 
+absl::StatusOr<ProfileStore> LoadPlanningProfiles(
+    const GpuCatalog& catalog, const ModelSpec& model,
+    const TrainingConfig& training, const Cluster& cluster,
+    const std::string& profiles_dir, const CostParams& cost_params) {
+  ProfileStore profiles;
+  if (absl::Status s = LoadProfileFiles(profiles_dir, catalog, &profiles);
+      !s.ok()) {
+    return s;
+  }
+  for (int type : cluster.types_present()) {
+    if (absl::Status s = SynthesizeMissingProfiles(
+            model, catalog.type(type), cluster.MaxNodeSizeOfType(type),
+            training.seq_len, cost_params, profiles_dir, &profiles,
+            KernelsOf(training.framework));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return profiles;
+}
+
 absl::StatusOr<std::unique_ptr<PlanningContext>> PlanningContext::Create(
     const PlanningRequest& request) {
   absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(request.profiles_dir);
@@ -56,21 +77,11 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> PlanningContext::Create(
   ctx->model_ = std::move(model);
   ctx->training_ = training;
   ctx->cluster_ = std::move(cluster);
-  if (absl::Status s =
-          LoadProfileFiles(profiles_dir, ctx->catalog_, &ctx->profiles_);
-      !s.ok()) {
-    return s;
-  }
-  for (int type : ctx->cluster_.types_present()) {
-    if (absl::Status s = SynthesizeMissingProfiles(
-            ctx->model_, ctx->catalog_.type(type),
-            ctx->cluster_.MaxNodeSizeOfType(type), training.seq_len,
-            cost_params, profiles_dir, &ctx->profiles_,
-            KernelsOf(training.framework));
-        !s.ok()) {
-      return s;
-    }
-  }
+  absl::StatusOr<ProfileStore> profiles =
+      LoadPlanningProfiles(ctx->catalog_, ctx->model_, ctx->training_,
+                           ctx->cluster_, profiles_dir, cost_params);
+  if (!profiles.ok()) return profiles.status();
+  ctx->profiles_ = *std::move(profiles);
   absl::StatusOr<CostModel> cm =
       CostModel::Create(ctx->catalog_, ctx->model_, ctx->training_,
                         ctx->cluster_, ctx->profiles_, cost_params);

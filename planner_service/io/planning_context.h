@@ -59,6 +59,16 @@ class PlanningContext {
   std::unique_ptr<CostModel> cost_model_;
 };
 
+// The profiles a PlanningContext prices `model` on `cluster` with: the
+// measured profiles of `profiles_dir` ("" = built in), then synthesized
+// entries for whatever the cluster's GPU types still lack (with
+// `training`'s sequence length and framework kernels, up to `cost_params`'
+// TP and micro-batch limits).
+absl::StatusOr<ProfileStore> LoadPlanningProfiles(
+    const GpuCatalog& catalog, const ModelSpec& model,
+    const TrainingConfig& training, const Cluster& cluster,
+    const std::string& profiles_dir, const CostParams& cost_params);
+
 // Adds synthesized entries for `model` on GPU `gpu` (every layer kind, TP
 // 1..min(max_tp, max_node), micro-batch 1..max_mbs, `seq`) with the shipped
 // calibration of that GPU and the framework's `kernels`; measured entries

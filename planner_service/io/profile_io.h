@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "planner_service/core/cost/calibration.h"
+#include "planner_service/core/calibration/synthesizer_fit.h"
 #include "planner_service/core/model/gpu_catalog.h"
 #include "planner_service/core/cost/profile_store.h"
 

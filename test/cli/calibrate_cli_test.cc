@@ -24,7 +24,7 @@
 #include "nlohmann/json.hpp"
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/measured_runs_io.h"
-#include "planner_service/io/run_calibration.h"
+#include "planner_service/io/run_corrections_io.h"
 #include "test/cli/cli_runner.h"
 
 namespace arachne {
@@ -68,7 +68,8 @@ std::string SyntheticRuns(const RunCorrections& truth) {
   std::string text = ReadAll(Runs());
   size_t at = 0;
   for (const MeasuredRun& run : file->runs) {
-    absl::StatusOr<RunPrediction> p = PredictRun(run, truth, "");
+    absl::StatusOr<RunPrediction> p =
+        PredictRun(run, truth, ProfilesDirPricing(""));
     EXPECT_TRUE(p.ok()) << p.status();
     at = text.find("measured: {", at);
     const size_t close = text.find('}', at);

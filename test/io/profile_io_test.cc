@@ -250,7 +250,7 @@ TEST(Calibration, ShippedFileResolvesEveryCatalogGpuByTheRule) {
     EXPECT_TRUE(set->by_gpu.contains(t.id));
     EXPECT_NE(set->For(t), set->defaults);
   }
-  // Unfitted types get the unmeasured-GPU rule (calibration.h), not a copy:
+  // Unfitted types get the unmeasured-GPU rule (synthesizer_fit.h), not a copy:
   // the power-limited T4 sits below the V100 the old mapping copied.
   EXPECT_TRUE(set->mapping.empty());
   EXPECT_EQ(set->derived.size(), catalog->types().size() - 5);

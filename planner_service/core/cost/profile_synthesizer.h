@@ -1,5 +1,6 @@
 // Analytical per-layer profiles: a roofline with efficiency curves, fitted to
-// published per-layer measurements (see calibration.h, docs/calibration.md).
+// published per-layer measurements (see calibration/synthesizer_fit.h,
+// docs/calibration.md).
 //
 // A synthesized ProfileEntry has exactly the semantics of profile_store.h:
 // costs of ONE layer of a kind on ONE GPU of a TP group, for ONE micro-batch
@@ -32,8 +33,8 @@
 namespace arachne {
 
 // Every constant of the synthesizer. The first group is fitted per GPU type
-// by Calibrate() (calibration.h); the second keeps its default (the Cephalo
-// data has no tensor parallelism and no communication).
+// by Calibrate() (calibration/synthesizer_fit.h); the second keeps its
+// default (the Cephalo data has no tensor parallelism and no communication).
 struct CalibrationParams {
   // --- Fitted ---------------------------------------------------------------
   // Fraction of peak_bf16_tflops a large 16-bit GEMM reaches.

@@ -1,4 +1,4 @@
-#include "planner_service/io/run_calibration.h"
+#include "planner_service/core/calibration/run_corrections.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,15 +17,10 @@
 #include "glog/logging.h"
 #include "planner_service/core/cost/cost_model.h"
 #include "planner_service/core/cost/plan_validation.h"
-#include "planner_service/io/data_files.h"
-#include "planner_service/io/gpu_catalog_io.h"
-#include "planner_service/io/json_yaml.h"
-#include "planner_service/io/planning_context.h"
+#include "planner_service/core/text/quote.h"
 
 namespace arachne {
 namespace {
-
-using Json = nlohmann::json;
 
 // A measured run ran, so its plan fitted in memory whatever the model says:
 // it is priced with the memory check out of the way (and `fits` reports
@@ -46,42 +41,17 @@ constexpr double kMaxKernelScale = 1e2;
 
 using ScaleMap = std::map<std::string, double>;
 
-// The per-GPU-type scales (compute, attention, TP communication): where each
-// lives in the corrections, the cost parameters and the request message, its
-// range, and what the fit says of it.
-struct ScaleKind {
-  absl::string_view name;   // kFit*: the file's and --fit's name
-  absl::string_view prose;  // "compute scale": "the A100-80GB compute scale"
-  ScaleMap RunCorrections::*corrections;
-  ScaleMap CostParams::*params;
-  const google::protobuf::Map<std::string, double>& (
-      v1::Calibration::*message)() const;
-  google::protobuf::Map<std::string, double>* (
-      v1::Calibration::*mutable_message)();
-  double lo, hi;
-  // Fitted only when named (else also by the automatic fit).
-  bool only_when_named;
-  // Why no run depends on it, after "no fitted run's predicted time depends
-  // on it".
-  absl::string_view independent;
-  // Why it is confused with the others ("" = the generic reason).
-  absl::string_view confused;
-  // What to check when it is more than a factor 2 from 1.
-  absl::string_view check;
-};
-
+// CorrectionScaleKinds().
+using ScaleKind = CorrectionScaleKind;
 const ScaleKind kScaleKinds[] = {
     {kFitComputeScale, "compute scale", &RunCorrections::compute_scale,
-     &CostParams::compute_scale, &v1::Calibration::compute_scale,
-     &v1::Calibration::mutable_compute_scale, kMinComputeScale,
-     kMaxComputeScale, false, " (its stages are never on the critical path)",
-     "", "the runs' framework, precision and plan"},
+     &CostParams::compute_scale, kMinComputeScale, kMaxComputeScale, false,
+     " (its stages are never on the critical path)", "",
+     "the runs' framework, precision and plan"},
     // Only when named: runs of one sequence length cannot tell it from the
     // compute scale, and the automatic fit stays the few robust factors.
     {kFitAttentionScale, "attention scale", &RunCorrections::attention_scale,
-     &CostParams::attention_scale, &v1::Calibration::attention_scale,
-     &v1::Calibration::mutable_attention_scale, kMinKernelScale,
-     kMaxKernelScale, true,
+     &CostParams::attention_scale, kMinKernelScale, kMaxKernelScale, true,
      " (its layers have no flash-attention time to scale: measured profiles, "
      "or materialized attention, which compute_scale covers)",
      "the fitted runs spend the same share of their time in attention (fit it "
@@ -91,9 +61,8 @@ const ScaleKind kScaleKinds[] = {
     // Likewise the TP collectives: runs of one TP degree cannot tell them
     // from the compute.
     {kFitTpCommScale, "TP-communication scale", &RunCorrections::tp_comm_scale,
-     &CostParams::tp_comm_scale, &v1::Calibration::tp_comm_scale,
-     &v1::Calibration::mutable_tp_comm_scale, kMinKernelScale,
-     kMaxKernelScale, true, " (its stages run at TP 1: no TP communication)",
+     &CostParams::tp_comm_scale, kMinKernelScale, kMaxKernelScale, true,
+     " (its stages run at TP 1: no TP communication)",
      "the fitted runs spend the same share of their time in TP communication "
      "(fit it on runs of different TP degrees)",
      "the nodes' GPU interconnect (NVLink, NVSwitch, PCIe) and the runs' TP "
@@ -106,20 +75,35 @@ const ScaleKind kScaleKinds[] = {
 class RunPricer {
  public:
   static absl::StatusOr<std::unique_ptr<RunPricer>> Create(
-      const MeasuredRun& run, const std::string& profiles_dir,
+      const MeasuredRun& run, const RunPricingData& pricing,
       const CostParams& base) {
-    absl::StatusOr<GpuCatalog> catalog = LoadGpuCatalog(profiles_dir);
+    CHECK(pricing.catalog && pricing.profiles)
+        << "RunPricingData needs both loaders";
+    absl::StatusOr<GpuCatalog> catalog = pricing.catalog();
     if (!catalog.ok()) return catalog.status();
     CostParams relaxed = base;
     relaxed.usable_memory_fraction = kNoMemoryLimit;
-    absl::StatusOr<std::unique_ptr<PlanningContext>> ctx =
-        PlanningContext::Create(*std::move(catalog), run.model, run.training,
-                                run.cluster, profiles_dir, relaxed);
-    if (!ctx.ok()) return Labelled(run, ctx.status());
     std::unique_ptr<RunPricer> p(new RunPricer());
     p->run_ = &run;
     p->base_ = base;
-    p->ctx_ = *std::move(ctx);
+    p->catalog_ = *std::move(catalog);
+    // As PlanningContext::Create: the inputs checked, the profiles loaded
+    // and the cost model built over them.
+    if (absl::Status s = run.training.Validate(); !s.ok()) {
+      return Labelled(run, s);
+    }
+    if (absl::Status s = run.model.Validate(); !s.ok()) {
+      return Labelled(run, s);
+    }
+    absl::StatusOr<ProfileStore> profiles = pricing.profiles(
+        p->catalog_, run.model, run.training, run.cluster, relaxed);
+    if (!profiles.ok()) return Labelled(run, profiles.status());
+    p->profiles_ = *std::move(profiles);
+    absl::StatusOr<CostModel> cm =
+        CostModel::Create(p->catalog_, run.model, run.training, run.cluster,
+                          p->profiles_, relaxed);
+    if (!cm.ok()) return Labelled(run, cm.status());
+    p->cost_model_ = std::make_unique<CostModel>(*std::move(cm));
     p->plan_ = run.plan;
     int64_t batch = 0;
     for (const Template& t : p->plan_.templates) {
@@ -128,10 +112,9 @@ class RunPricer {
     // A plan file states its micro-batches; only a plan that does not add
     // up to the batch is balanced the way the planners balance theirs.
     if (batch != run.training.global_batch) {
-      p->ctx_->cost_model().BalanceMicroBatches(p->plan_);
+      p->cost_model_->BalanceMicroBatches(p->plan_);
     }
-    if (absl::Status s = ValidatePlan(p->plan_, p->ctx_->cost_model());
-        !s.ok()) {
+    if (absl::Status s = ValidatePlan(p->plan_, *p->cost_model_); !s.ok()) {
       return Labelled(run, s);
     }
     return p;
@@ -143,8 +126,8 @@ class RunPricer {
     ApplyCorrections(c, &training, &params);
     params.usable_memory_fraction = kNoMemoryLimit;
     absl::StatusOr<CostModel> cm =
-        CostModel::Create(ctx_->catalog(), ctx_->model(), training,
-                          ctx_->cluster(), ctx_->profiles(), params);
+        CostModel::Create(catalog_, run_->model, training, run_->cluster,
+                          profiles_, params);
     if (!cm.ok()) return Labelled(*run_, cm.status());
     absl::StatusOr<Prediction> p = cm->Predict(plan_);
     if (!p.ok()) return Labelled(*run_, p.status());
@@ -157,7 +140,7 @@ class RunPricer {
       for (size_t s = 0; s < p->stage_memory[t].size(); ++s) {
         const StageMemory& m = p->stage_memory[t][s];
         const int type = plan_.templates[t].stages[s].gpu_type;
-        const double usable = ctx_->catalog().type(type).memory_gib *
+        const double usable = catalog_.type(type).memory_gib *
                               base_.usable_memory_fraction;
         if (m.total_gib() > usable) out.fits = false;
         if (m.total_gib() > out.peak_gib) {
@@ -171,7 +154,7 @@ class RunPricer {
   }
 
   const Plan& plan() const { return plan_; }
-  const GpuCatalog& catalog() const { return ctx_->catalog(); }
+  const GpuCatalog& catalog() const { return catalog_; }
   const std::string& label() const { return run_->label; }
 
  private:
@@ -184,7 +167,11 @@ class RunPricer {
 
   const MeasuredRun* run_ = nullptr;
   CostParams base_;
-  std::unique_ptr<PlanningContext> ctx_;
+  GpuCatalog catalog_;
+  ProfileStore profiles_;
+  // Over catalog_, profiles_ and the run, with the memory check relaxed:
+  // balances and validates the plan.
+  std::unique_ptr<CostModel> cost_model_;
   Plan plan_;
 };
 
@@ -831,6 +818,10 @@ double RmsLog(const std::vector<RunFitReport>& runs, bool after) {
 
 }  // namespace
 
+absl::Span<const CorrectionScaleKind> CorrectionScaleKinds() {
+  return kScaleKinds;
+}
+
 void ApplyCorrections(const RunCorrections& c, TrainingConfig* training,
                       CostParams* params) {
   CHECK(training != nullptr && params != nullptr);
@@ -848,10 +839,10 @@ void ApplyCorrections(const RunCorrections& c, TrainingConfig* training,
 
 absl::StatusOr<RunPrediction> PredictRun(const MeasuredRun& run,
                                          const RunCorrections& corrections,
-                                         const std::string& profiles_dir,
+                                         const RunPricingData& pricing,
                                          const CostParams& base) {
   absl::StatusOr<std::unique_ptr<RunPricer>> pricer =
-      RunPricer::Create(run, profiles_dir, base);
+      RunPricer::Create(run, pricing, base);
   if (!pricer.ok()) return pricer.status();
   return (*pricer)->Price(corrections);
 }
@@ -909,7 +900,7 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
   std::vector<std::unique_ptr<RunPricer>> pricers;
   for (const MeasuredRun& run : runs) {
     absl::StatusOr<std::unique_ptr<RunPricer>> p =
-        RunPricer::Create(run, options.profiles_dir, options.base);
+        RunPricer::Create(run, options.pricing, options.base);
     if (!p.ok()) return p.status();
     pricers.push_back(*std::move(p));
   }
@@ -1167,155 +1158,6 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
         100 * (std::exp(result.time_rms_log_error_after) - 1)));
   }
   return result;
-}
-
-// --- Calibration file --------------------------------------------------------
-
-namespace {
-// Six significant digits: far inside what the runs determine, and a file
-// (and the framework summary of `arachne plan`) a person can read.
-double SixDigits(double v) {
-  return std::strtod(absl::StrFormat("%.6g", v).c_str(), nullptr);
-}
-}  // namespace
-
-nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file,
-                                    bool exact) {
-  auto Rounded = [exact](double v) { return exact ? v : SixDigits(v); };
-  Json j;
-  j["format"] = std::string(kRunCalibrationFormat);
-  // compute_scale always; the scales fitted only when named, when fitted.
-  for (const ScaleKind& k : kScaleKinds) {
-    const ScaleMap& scales = file.corrections.*(k.corrections);
-    if (k.only_when_named && scales.empty()) continue;
-    Json out = Json::object();
-    for (const auto& [gpu, s] : scales) out[gpu] = Rounded(s);
-    j[std::string(k.name)] = out;
-  }
-  Json fw = Json::object();
-  const RunCorrections& c = file.corrections;
-  if (c.micro_batch_fixed_s) {
-    fw[kFitMicroBatchFixed] = Rounded(*c.micro_batch_fixed_s * 1e3);
-  }
-  if (c.iteration_fixed_s) {
-    fw[kFitIterationFixed] = Rounded(*c.iteration_fixed_s * 1e3);
-  }
-  if (c.context_reserve_gib) {
-    fw[kFitContextReserve] = Rounded(*c.context_reserve_gib);
-  }
-  if (c.fragmentation) fw[kFitFragmentation] = Rounded(*c.fragmentation);
-  j["framework"] = fw;
-  j["fitted_on"] = file.fitted_on;
-  j["cluster_note"] = file.cluster_note;
-  return j;
-}
-
-absl::StatusOr<RunCorrections> CorrectionsFromMessage(
-    const v1::Calibration& message, const GpuCatalog& catalog,
-    absl::string_view path) {
-  RunCorrections c;
-  for (const ScaleKind& k : kScaleKinds) {
-    const auto& in = (message.*(k.message))();
-    // Sorted, so the first bad entry named is the same on every call.
-    const ScaleMap sorted(in.begin(), in.end());
-    for (const auto& [gpu, v] : sorted) {
-      const std::string field = absl::StrCat(path, ".", k.name, ".", gpu);
-      absl::StatusOr<int> type = catalog.IndexOf(gpu);
-      if (!type.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, ": ", type.status().message()));
-      }
-      if (!std::isfinite(v) || v < k.lo || v > k.hi) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: must be a factor in [%g, %g], got %g", field, k.lo, k.hi, v));
-      }
-      const std::string& id = catalog.type(*type).id;
-      if (!(c.*(k.corrections)).emplace(id, v).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, ": names GPU type ", id, " twice"));
-      }
-    }
-  }
-  return c;
-}
-
-v1::Calibration CorrectionsToMessage(const RunCorrections& c) {
-  v1::Calibration m;
-  for (const ScaleKind& k : kScaleKinds) {
-    for (const auto& [gpu, v] : c.*(k.corrections)) {
-      (*(m.*(k.mutable_message))())[gpu] = v;
-    }
-  }
-  return m;
-}
-
-absl::StatusOr<RunCalibrationFile> RunCalibrationFromJson(
-    const nlohmann::json& json, const GpuCatalog& catalog,
-    absl::string_view source) {
-  ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader top,
-                              ObjectReader::Create(json, source, ""));
-  ARACHNE_IO_RETURN_IF_ERROR(top.AllowOnly(
-      {"format", "compute_scale", "attention_scale", "tp_comm_scale",
-       "framework", "fitted_on", "cluster_note"}));
-  ARACHNE_IO_ASSIGN_OR_RETURN(const std::string format, top.String("format"));
-  if (format != kRunCalibrationFormat) {
-    return top.Error(
-        "format", absl::StrCat("must be \"", kRunCalibrationFormat, "\", got ",
-                               QuoteForMessage(format)));
-  }
-  RunCalibrationFile file;
-  // The scales: GPU id (or alias) -> factor > 0, each type once.
-  for (const ScaleKind& k : kScaleKinds) {
-    if (!top.Has(k.name)) continue;
-    ScaleMap* out = &(file.corrections.*(k.corrections));
-    ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader s, top.Object(k.name));
-    for (const auto& [key, value] : s.value().items()) {
-      absl::StatusOr<int> type = catalog.IndexOf(key);
-      if (!type.ok()) {
-        return s.Error(key, AbbreviateQuoted(type.status().message(), key));
-      }
-      ARACHNE_IO_ASSIGN_OR_RETURN(const double v, s.Number(key, 0, true));
-      const std::string& id = catalog.type(*type).id;
-      if (!out->emplace(id, v).second) {
-        return s.Error(key, absl::StrCat("names GPU type ", id, " twice"));
-      }
-    }
-  }
-  if (top.Has("framework")) {
-    ARACHNE_IO_ASSIGN_OR_RETURN(ObjectReader f, top.Object("framework"));
-    ARACHNE_IO_RETURN_IF_ERROR(
-        f.AllowOnly({kFitMicroBatchFixed, kFitIterationFixed,
-                     kFitContextReserve, kFitFragmentation}));
-    for (absl::string_view name : {kFitMicroBatchFixed, kFitIterationFixed,
-                                   kFitContextReserve, kFitFragmentation}) {
-      if (!f.Has(name)) continue;
-      ARACHNE_IO_ASSIGN_OR_RETURN(const double v, f.Number(name, 0, false));
-      // The framework field's own range check, so the file and a
-      // `framework:` override refuse the same values.
-      FrameworkConfig scratch;
-      if (absl::Status st =
-              SetFrameworkField(scratch, name, absl::StrFormat("%.17g", v));
-          !st.ok()) {
-        return f.Error(name, st.message());
-      }
-      RunCorrections& c = file.corrections;
-      if (name == kFitMicroBatchFixed) c.micro_batch_fixed_s = v * 1e-3;
-      if (name == kFitIterationFixed) c.iteration_fixed_s = v * 1e-3;
-      if (name == kFitContextReserve) c.context_reserve_gib = v;
-      if (name == kFitFragmentation) c.fragmentation = v;
-    }
-  }
-  ARACHNE_IO_ASSIGN_OR_RETURN(file.fitted_on, top.StringListOr("fitted_on"));
-  ARACHNE_IO_ASSIGN_OR_RETURN(file.cluster_note,
-                              top.StringOr("cluster_note", ""));
-  return file;
-}
-
-absl::StatusOr<RunCalibrationFile> LoadRunCalibrationFile(
-    const std::string& path, const GpuCatalog& catalog) {
-  ARACHNE_IO_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  ARACHNE_IO_ASSIGN_OR_RETURN(Json json, ParseJsonOrYaml(text, path));
-  return RunCalibrationFromJson(json, catalog, path);
 }
 
 std::string DescribeRunClusters(const std::vector<const MeasuredRun*>& runs,

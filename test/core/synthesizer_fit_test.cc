@@ -1,4 +1,4 @@
-#include "planner_service/core/cost/calibration.h"
+#include "planner_service/core/calibration/synthesizer_fit.h"
 
 #include <algorithm>
 #include <chrono>

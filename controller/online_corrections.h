@@ -1,13 +1,14 @@
-// The controller's online calibration: the measured generations
+// The controller's online corrections: the measured generations
 // (controller/measurement.h, recorded in the store) become measured runs
-// (planner_service/io/run_calibration.h), the corrections are fitted on all
-// of them with FitCorrections, and every prediction the controller decides
-// on is priced again with the corrections in force (PredictRun). So the
-// keep-or-switch rule compares corrected throughputs, and `arachne status`
-// shows measured, raw and corrected side by side (docs/controller.md,
-// "Measured iteration times and corrected predictions").
-#ifndef ARACHNE_CONTROLLER_CALIBRATION_H_
-#define ARACHNE_CONTROLLER_CALIBRATION_H_
+// (planner_service/core/calibration/run_corrections.h), the corrections are
+// fitted on all of them with FitCorrections, and every prediction the
+// controller decides on is priced again with the corrections in force
+// (PredictRun). So the keep-or-switch rule compares corrected throughputs,
+// and `arachne status` shows measured, raw and corrected side by side
+// (docs/controller.md, "Measured iteration times and corrected
+// predictions").
+#ifndef ARACHNE_CONTROLLER_ONLINE_CORRECTIONS_H_
+#define ARACHNE_CONTROLLER_ONLINE_CORRECTIONS_H_
 
 #include <string>
 #include <vector>
@@ -15,11 +16,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "controller/measurement.h"
+#include "planner_service/core/calibration/run_corrections.h"
 #include "planner_service/core/model/cluster.h"
 #include "planner_service/core/model/gpu_catalog.h"
 #include "planner_service/core/model/model.h"
 #include "planner_service/core/model/plan.h"
-#include "planner_service/io/run_calibration.h"
 
 namespace arachne::controller {
 
@@ -39,13 +40,13 @@ struct CorrectionsFit {
   std::vector<RunPrediction> after;
 };
 
-class OnlineCalibration {
+class OnlineCorrections {
  public:
   // A generation is fitted on once it measured `min_iterations` iterations
   // after its warm-up. `catalog` is the one the records' clusters and plans
   // are read with; `profiles_dir` ("" = built in) the profiles the planner
   // prices with.
-  OnlineCalibration(GpuCatalog catalog, ModelSpec model,
+  OnlineCorrections(GpuCatalog catalog, ModelSpec model,
                     TrainingConfig training, std::string profiles_dir,
                     int min_iterations);
 
@@ -71,8 +72,8 @@ class OnlineCalibration {
   // status with the fit's reason.
   CorrectionsFit Fit(const std::vector<GenerationRecord>& records) const;
 
-  // The calibration file's JSON of `corrections` (run_calibration.h), and
-  // back: what the store keeps.
+  // The calibration file's JSON of `corrections` (io/run_corrections_io.h),
+  // and back: what the store keeps.
   std::string ToJson(const RunCorrections& corrections,
                      const std::vector<int64_t>& generations) const;
   // `generations`: those named in its fitted_on ("generation N").
@@ -105,4 +106,4 @@ std::string DescribeCorrections(const RunCorrections& corrections);
 
 }  // namespace arachne::controller
 
-#endif  // ARACHNE_CONTROLLER_CALIBRATION_H_
+#endif  // ARACHNE_CONTROLLER_ONLINE_CORRECTIONS_H_

@@ -1,7 +1,7 @@
-// Calibration of the cost model from measured training runs: a run is a
-// model, training config, cluster and plan with the iteration time (and
-// optionally the peak memory per GPU) it was measured at. The fit finds the
-// corrections that make the cost model's predictions of the runs match:
+// Run corrections: the cost model corrected to measured training runs. A
+// run is a model, training config, cluster and plan with the iteration time
+// (and optionally the peak memory per GPU) it was measured at. The fit finds
+// the corrections that make the cost model's predictions of the runs match:
 //
 //   * compute_scale[GPU type]: multiplier on that type's profiled layer
 //     compute time (CostParams::compute_scale), one per type the runs use;
@@ -21,12 +21,18 @@
 // fits only what the runs determine; see FitCorrections and
 // docs/measured-runs.md. Everything here is deterministic.
 //
-// Applying a calibration: ApplyCorrections on the TrainingConfig and
+// Applying corrections: ApplyCorrections on the TrainingConfig and
 // CostParams a PlanningContext is built from (`arachne plan / evaluate /
 // bench --calibration FILE`).
-#ifndef ARACHNE_PLANNER_SERVICE_IO_RUN_CALIBRATION_H_
-#define ARACHNE_PLANNER_SERVICE_IO_RUN_CALIBRATION_H_
+//
+// The algorithm only: the calibration file that holds a fit's corrections,
+// the request message's scales and the pricing over a profiles directory
+// (ProfilesDirPricing) are in planner_service/io/run_corrections_io.h; the
+// controller's online fit is controller/online_corrections.h.
+#ifndef ARACHNE_PLANNER_SERVICE_CORE_CALIBRATION_RUN_CORRECTIONS_H_
+#define ARACHNE_PLANNER_SERVICE_CORE_CALIBRATION_RUN_CORRECTIONS_H_
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,10 +41,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "arachne/v1/planner.pb.h"
-#include "nlohmann/json.hpp"
-#include "planner_service/core/model/cluster.h"
+#include "absl/types/span.h"
 #include "planner_service/core/cost/cost_params.h"
+#include "planner_service/core/cost/profile_store.h"
+#include "planner_service/core/model/cluster.h"
 #include "planner_service/core/model/gpu_catalog.h"
 #include "planner_service/core/model/model.h"
 #include "planner_service/core/model/plan.h"
@@ -91,6 +97,23 @@ struct RunCorrections {
 void ApplyCorrections(const RunCorrections& corrections,
                       TrainingConfig* training, CostParams* params);
 
+// What a run is priced over beyond the run itself, as loaders: the GPU
+// catalog its cluster and plan index, and the profiles of its model on its
+// cluster's GPU types (shipped measured profiles, then synthesized ones;
+// none of the fitted corrections changes them). Each run loads them once.
+// io/run_corrections_io.h has the one over a profiles directory
+// (ProfilesDirPricing); both loaders must be set.
+struct RunPricingData {
+  std::function<absl::StatusOr<GpuCatalog>()> catalog;
+  // The profiles for `model` and `training` on `cluster` (indexing
+  // `catalog`), priced with `params`.
+  std::function<absl::StatusOr<ProfileStore>(
+      const GpuCatalog& catalog, const ModelSpec& model,
+      const TrainingConfig& training, const Cluster& cluster,
+      const CostParams& params)>
+      profiles;
+};
+
 struct RunPrediction {
   double iteration_s = 0;
   // Max over the plan's stages of the predicted peak per GPU (GiB).
@@ -107,15 +130,16 @@ struct RunPrediction {
   int micro_batches_per_replica = 0;
 };
 
-// Prices `run` with `corrections` applied over `base` (the profiles of
-// `profiles_dir`, "" = built in; shipped profiles, then synthesized ones).
-// The run's plan is balanced and validated (ValidatePlan) except for its
-// memory: a measured run is priced even where the model predicts it does
-// not fit. Errors: the plan's InvalidArgument / FailedPrecondition (a
-// missing profile), prefixed with the run's label.
+// Prices `run` with `corrections` applied over `base` (the catalog and
+// profiles of `pricing`). The run's plan is balanced and validated
+// (ValidatePlan) except for its memory: a measured run is priced even where
+// the model predicts it does not fit. Errors: the catalog loader's as they
+// are; the training config's, the model's, the profile loader's and the
+// plan's InvalidArgument / FailedPrecondition (a missing profile), prefixed
+// with the run's label.
 absl::StatusOr<RunPrediction> PredictRun(const MeasuredRun& run,
                                          const RunCorrections& corrections,
-                                         const std::string& profiles_dir,
+                                         const RunPricingData& pricing,
                                          const CostParams& base = {});
 
 // Names of the fitted parameters, as the calibration file and --fit write
@@ -128,6 +152,30 @@ inline constexpr absl::string_view kFitMicroBatchFixed = "micro_batch_fixed_ms";
 inline constexpr absl::string_view kFitIterationFixed = "iteration_fixed_ms";
 inline constexpr absl::string_view kFitContextReserve = "context_reserve_gib";
 inline constexpr absl::string_view kFitFragmentation = "fragmentation";
+
+// A per-GPU-type scale of RunCorrections (compute, attention, TP
+// communication): its kFit* name, where it lives in the corrections and the
+// cost parameters, the range of a fitted or given factor, and what the
+// fit's report says of it.
+struct CorrectionScaleKind {
+  absl::string_view name;   // kFit*: the file's and --fit's name
+  absl::string_view prose;  // "compute scale": "the A100-80GB compute scale"
+  std::map<std::string, double> RunCorrections::*corrections;
+  std::map<std::string, double> CostParams::*params;
+  double lo, hi;
+  // Fitted only when named (else also by the automatic fit).
+  bool only_when_named;
+  // Why no run depends on it, after "no fitted run's predicted time depends
+  // on it".
+  absl::string_view independent;
+  // Why it is confused with the others ("" = the generic reason).
+  absl::string_view confused;
+  // What to check when it is more than a factor 2 from 1.
+  absl::string_view check;
+};
+// The scales, in the calibration file's order: compute_scale,
+// attention_scale, tp_comm_scale.
+absl::Span<const CorrectionScaleKind> CorrectionScaleKinds();
 
 struct FitOptions {
   // Labels of the runs to fit on; empty: every run. The others are
@@ -155,8 +203,8 @@ struct FitOptions {
   // explicitly, a parameter the runs do not determine is
   // FailedPrecondition instead.
   std::vector<std::string> parameters;
-  std::string profiles_dir;  // "" = built in
-  CostParams base;           // priced over these (compute_scale is replaced)
+  RunPricingData pricing;  // the catalog and profiles (required)
+  CostParams base;         // priced over these (compute_scale is replaced)
 };
 
 struct FittedParameter {
@@ -215,54 +263,11 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
 // Jacobian column and the span of the others for it to count as determined.
 inline constexpr double kIdentifiabilityTolerance = 0.05;
 
-// --- Calibration file -------------------------------------------------------
-//
-// {"format": "arachne-run-calibration-1",
-//  "compute_scale": {"A100-80GB": 1.31},
-//  "attention_scale": {"H100-80GB": 1.6},     (optional)
-//  "tp_comm_scale": {"V100-16GB": 2.1},       (optional)
-//  "framework": {"micro_batch_fixed_ms": 1.2, "iteration_fixed_ms": 40,
-//                "context_reserve_gib": 2.1, "fragmentation": 0.07},
-//  "fitted_on": ["gpt-2.7b pp4 16 nodes"],
-//  "cluster_note": "H100-80GB: 64 GPUs on 16 nodes, 200 Gb/s"}
-inline constexpr absl::string_view kRunCalibrationFormat =
-    "arachne-run-calibration-1";
-
-struct RunCalibrationFile {
-  RunCorrections corrections;
-  std::vector<std::string> fitted_on;
-  std::string cluster_note;  // the clusters the fit saw (free text)
-};
-
-// Values to six significant digits (a file a person reads), or exactly
-// (`exact`: what a store reads back must reprice to the same figures).
-nlohmann::json RunCalibrationToJson(const RunCalibrationFile& file,
-                                    bool exact = false);
-
-// The scales of a request's calibration (v1::Calibration: GPU id or alias
-// -> factor), ids resolved to the canonical ones; the framework fields are
-// not in it (they travel as the training config's framework overrides).
-// InvalidArgument naming "<path>.<map>.<GPU>" for an unknown GPU or a
-// factor outside the fit's range (compute [1e-3, 1e4], attention and TP
-// communication [1e-2, 1e2]) or not finite.
-absl::StatusOr<RunCorrections> CorrectionsFromMessage(
-    const v1::Calibration& message, const GpuCatalog& catalog,
-    absl::string_view path);
-// The scales of `corrections` as a request carries them.
-v1::Calibration CorrectionsToMessage(const RunCorrections& corrections);
-// Strict: unknown fields, a wrong format, a GPU id not in `catalog`
-// (aliases are resolved to the canonical id), a non-positive scale or an
-// out-of-range framework value are InvalidArgument "<source>: <field>: ...".
-absl::StatusOr<RunCalibrationFile> RunCalibrationFromJson(
-    const nlohmann::json& json, const GpuCatalog& catalog,
-    absl::string_view source);
-absl::StatusOr<RunCalibrationFile> LoadRunCalibrationFile(
-    const std::string& path, const GpuCatalog& catalog);
-// The clusters of `runs` in one line per distinct composition, for
-// cluster_note.
+// The clusters of `runs` in one line per distinct composition, for the
+// calibration file's cluster_note (io/run_corrections_io.h).
 std::string DescribeRunClusters(const std::vector<const MeasuredRun*>& runs,
                                 const GpuCatalog& catalog);
 
 }  // namespace arachne
 
-#endif  // ARACHNE_PLANNER_SERVICE_IO_RUN_CALIBRATION_H_
+#endif  // ARACHNE_PLANNER_SERVICE_CORE_CALIBRATION_RUN_CORRECTIONS_H_

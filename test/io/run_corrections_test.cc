@@ -1,7 +1,8 @@
 // Measured-runs files, the fit of the cost model's corrections to measured
 // runs, and the calibration file (planner_service/io/measured_runs_io.h,
-// run_calibration.h).
-#include "planner_service/io/run_calibration.h"
+// planner_service/core/calibration/run_corrections.h,
+// planner_service/io/run_corrections_io.h).
+#include "planner_service/core/calibration/run_corrections.h"
 
 #include <cmath>
 #include <string>
@@ -15,13 +16,14 @@
 #include "planner_service/io/gpu_catalog_io.h"
 #include "planner_service/io/measured_runs_io.h"
 #include "planner_service/io/model_io.h"
+#include "planner_service/io/run_corrections_io.h"
 
 namespace arachne {
 namespace {
 
 using ::testing::HasSubstr;
 
-class RunCalibrationTest : public ::testing::Test {
+class RunCorrectionsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::StatusOr<GpuCatalog> c = LoadGpuCatalog("");
@@ -62,14 +64,22 @@ class RunCalibrationTest : public ::testing::Test {
   void Measure(std::vector<MeasuredRun>& runs, const RunCorrections& truth,
                bool memory) {
     for (MeasuredRun& r : runs) {
-      absl::StatusOr<RunPrediction> p = PredictRun(r, truth, "");
+      absl::StatusOr<RunPrediction> p = PredictRun(r, truth, built_in_);
       ASSERT_TRUE(p.ok()) << p.status();
       r.measured_iteration_s = p->iteration_s;
       if (memory) r.measured_peak_gib = p->peak_gib;
     }
   }
 
+  // A fit's options, priced over the built-in profiles.
+  FitOptions Options() const {
+    FitOptions o;
+    o.pricing = built_in_;
+    return o;
+  }
+
   GpuCatalog catalog_;
+  const RunPricingData built_in_ = ProfilesDirPricing("");
 };
 
 // --- Runs file -------------------------------------------------------------
@@ -86,7 +96,7 @@ runs:
     measured: {iteration_s: 3.21, peak_memory_gib: 41.5}
 )";
 
-TEST_F(RunCalibrationTest, ParsesARunWithAUniformPlan) {
+TEST_F(RunCorrectionsTest, ParsesARunWithAUniformPlan) {
   absl::StatusOr<MeasuredRunsFile> f =
       ParseMeasuredRuns(kRunsYaml, "runs.yaml", "", catalog_);
   ASSERT_TRUE(f.ok()) << f.status();
@@ -121,7 +131,7 @@ TEST_F(RunCalibrationTest, ParsesARunWithAUniformPlan) {
   EXPECT_EQ(t.at(2, 1).gpus[0], 2);
 }
 
-TEST_F(RunCalibrationTest, UniformPlanSplitsUnevenLayersFrontFirst) {
+TEST_F(RunCorrectionsTest, UniformPlanSplitsUnevenLayersFrontFirst) {
   MeasuredRun run = MakeRun("x", "A100-80GB", 3, 1, 3, 4, 1, 256);
   const Template& t = run.plan.templates[0];
   ASSERT_EQ(t.depth(), 3);
@@ -131,7 +141,7 @@ TEST_F(RunCalibrationTest, UniformPlanSplitsUnevenLayersFrontFirst) {
   EXPECT_EQ(t.stages[2].num_layers(), 10);
 }
 
-TEST_F(RunCalibrationTest, UniformPlanErrorsNameTheField) {
+TEST_F(RunCorrectionsTest, UniformPlanErrorsNameTheField) {
   MeasuredRun run = MakeRun("x", "A100-80GB", 2, 1, 2, 4, 1);
   absl::StatusOr<Plan> p =
       MegatronUniformPlan(run.model, run.training, run.cluster, 1, 2, 2, 1);
@@ -160,7 +170,7 @@ std::string ErrorOf(const GpuCatalog& catalog, const std::string& from,
   return std::string(f.status().message());
 }
 
-TEST_F(RunCalibrationTest, RunsFileErrorsNameTheRunAndField) {
+TEST_F(RunCorrectionsTest, RunsFileErrorsNameTheRunAndField) {
   EXPECT_EQ(ErrorOf(catalog_, "iteration_s: 3.21", "iteration_s: 0"),
             "runs.yaml: runs[0] (\"pp2\"): measured.iteration_s: must be a "
             "number > 0, got 0");
@@ -190,7 +200,7 @@ TEST_F(RunCalibrationTest, RunsFileErrorsNameTheRunAndField) {
             "runs[0])");
 }
 
-TEST_F(RunCalibrationTest, InlineModelEntry) {
+TEST_F(RunCorrectionsTest, InlineModelEntry) {
   std::string text = kRunsYaml;
   const std::string from = "model: gpt-neo-2.7b";
   text.replace(text.find(from), from.size(),
@@ -206,27 +216,27 @@ TEST_F(RunCalibrationTest, InlineModelEntry) {
 
 // --- Fit -------------------------------------------------------------------
 
-TEST_F(RunCalibrationTest, PredictRunAppliesTheCorrections) {
+TEST_F(RunCorrectionsTest, PredictRunAppliesTheCorrections) {
   MeasuredRun run = MakeRun("x", "A100-80GB", 2, 1, 2, 4, 2);
-  absl::StatusOr<RunPrediction> base = PredictRun(run, {}, "");
+  absl::StatusOr<RunPrediction> base = PredictRun(run, {}, built_in_);
   ASSERT_TRUE(base.ok()) << base.status();
   EXPECT_EQ(base->micro_batches_per_replica, 32);
   RunCorrections c;
   c.micro_batch_fixed_s = 0.01;
   c.context_reserve_gib = run.training.framework.context_reserve_gib + 3;
-  absl::StatusOr<RunPrediction> fixed = PredictRun(run, c, "");
+  absl::StatusOr<RunPrediction> fixed = PredictRun(run, c, built_in_);
   ASSERT_TRUE(fixed.ok()) << fixed.status();
   // 1F1B over 2 stages: (32 + 2 - 1) micro-batch slots, each 10 ms longer.
   EXPECT_NEAR(fixed->iteration_s - base->iteration_s, 33 * 0.01, 1e-9);
   EXPECT_NEAR(fixed->peak_gib - base->peak_gib, 3.0, 1e-9);
   c = {};
   c.compute_scale["A100-80GB"] = 2.0;
-  absl::StatusOr<RunPrediction> slow = PredictRun(run, c, "");
+  absl::StatusOr<RunPrediction> slow = PredictRun(run, c, built_in_);
   ASSERT_TRUE(slow.ok()) << slow.status();
   EXPECT_GT(slow->iteration_s, 1.5 * base->iteration_s);
 }
 
-TEST_F(RunCalibrationTest, RecoversComputeScaleAndFixedCost) {
+TEST_F(RunCorrectionsTest, RecoversComputeScaleAndFixedCost) {
   std::vector<MeasuredRun> runs = {
       MakeRun("pp2 mbs4", "A100-80GB", 2, 1, 2, 4, 4),
       MakeRun("pp2 mbs1", "A100-80GB", 2, 1, 2, 4, 1),
@@ -237,7 +247,7 @@ TEST_F(RunCalibrationTest, RecoversComputeScaleAndFixedCost) {
   truth.compute_scale["A100-80GB"] = 1.3;
   truth.micro_batch_fixed_s = 0.002;
   Measure(runs, truth, false);
-  FitOptions o;
+  FitOptions o = Options();
   o.parameters = {"compute_scale", "micro_batch_fixed_ms"};
   absl::StatusOr<FitResult> r = FitCorrections(runs, o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -265,7 +275,7 @@ TEST_F(RunCalibrationTest, RecoversComputeScaleAndFixedCost) {
 // Fitted on as many runs as parameters, a fixed cost passes through every
 // run whatever error they share: the automatic fit leaves it out (named, it
 // is fitted).
-TEST_F(RunCalibrationTest, AutomaticFitNeedsARunMoreThanParameters) {
+TEST_F(RunCorrectionsTest, AutomaticFitNeedsARunMoreThanParameters) {
   std::vector<MeasuredRun> runs = {
       MakeRun("pp2 mbs4", "A100-80GB", 2, 1, 2, 4, 4),
       MakeRun("pp2 mbs1", "A100-80GB", 2, 1, 2, 4, 1),
@@ -274,7 +284,7 @@ TEST_F(RunCalibrationTest, AutomaticFitNeedsARunMoreThanParameters) {
   truth.compute_scale["A100-80GB"] = 1.3;
   truth.micro_batch_fixed_s = 0.002;
   Measure(runs, truth, false);
-  absl::StatusOr<FitResult> r = FitCorrections(runs, FitOptions{});
+  absl::StatusOr<FitResult> r = FitCorrections(runs, Options());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->corrections.micro_batch_fixed_s.has_value());
   ASSERT_EQ(r->parameters.size(), 4u);  // + context reserve, fragmentation
@@ -285,7 +295,7 @@ TEST_F(RunCalibrationTest, AutomaticFitNeedsARunMoreThanParameters) {
             "micro_batch_fixed_ms): the fit would pass through every run "
             "with none left to check it; fit on one run more, or name it in "
             "--fit");
-  FitOptions o;
+  FitOptions o = Options();
   o.parameters = {"compute_scale", "micro_batch_fixed_ms"};
   r = FitCorrections(runs, o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -294,7 +304,7 @@ TEST_F(RunCalibrationTest, AutomaticFitNeedsARunMoreThanParameters) {
 
 // A fixed cost the runs determine but that predicts each run from the
 // others worse than the compute scale alone does is left out.
-TEST_F(RunCalibrationTest, AutomaticFitLeavesOutWhatLeaveOneOutRejects) {
+TEST_F(RunCorrectionsTest, AutomaticFitLeavesOutWhatLeaveOneOutRejects) {
   std::vector<MeasuredRun> runs = {
       MakeRun("pp2 mbs4", "A100-80GB", 2, 1, 2, 4, 4),
       MakeRun("pp2 mbs2", "A100-80GB", 2, 1, 2, 4, 2),
@@ -306,7 +316,7 @@ TEST_F(RunCalibrationTest, AutomaticFitLeavesOutWhatLeaveOneOutRejects) {
   // An error no parameter models, on the middle run only: a fixed cost
   // bends through it, and then misses the two others.
   runs[1].measured_iteration_s *= 1.10;
-  absl::StatusOr<FitResult> r = FitCorrections(runs, FitOptions{});
+  absl::StatusOr<FitResult> r = FitCorrections(runs, Options());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->corrections.micro_batch_fixed_s.has_value());
   EXPECT_EQ(r->parameters[1].name, "micro_batch_fixed_ms");
@@ -318,7 +328,7 @@ TEST_F(RunCalibrationTest, AutomaticFitLeavesOutWhatLeaveOneOutRejects) {
   // Without the outlier the same three runs support it.
   truth.micro_batch_fixed_s = 0.002;
   Measure(runs, truth, false);
-  r = FitCorrections(runs, FitOptions{});
+  r = FitCorrections(runs, Options());
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->corrections.micro_batch_fixed_s.has_value());
   EXPECT_NEAR(*r->corrections.micro_batch_fixed_s * 1e3, 2.0, 1e-3);
@@ -331,7 +341,7 @@ TEST_F(RunCalibrationTest, AutomaticFitLeavesOutWhatLeaveOneOutRejects) {
 
 // Past ten runs the check holds out ten folds, not each run: its cost stays
 // bounded however many generations the controller has measured.
-TEST_F(RunCalibrationTest, ManyRunsAreCrossValidatedInTenFolds) {
+TEST_F(RunCorrectionsTest, ManyRunsAreCrossValidatedInTenFolds) {
   std::vector<MeasuredRun> runs;
   for (int mbs : {1, 2, 4, 8}) {
     runs.push_back(MakeRun(absl::StrCat("pp2 mbs", mbs), "A100-80GB", 2, 1, 2,
@@ -345,7 +355,7 @@ TEST_F(RunCalibrationTest, ManyRunsAreCrossValidatedInTenFolds) {
   truth.compute_scale["A100-80GB"] = 1.3;
   truth.micro_batch_fixed_s = 0.002;
   Measure(runs, truth, false);
-  absl::StatusOr<FitResult> r = FitCorrections(runs, FitOptions{});
+  absl::StatusOr<FitResult> r = FitCorrections(runs, Options());
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->corrections.micro_batch_fixed_s.has_value());
   EXPECT_NEAR(*r->corrections.micro_batch_fixed_s * 1e3, 2.0, 1e-3);
@@ -353,7 +363,7 @@ TEST_F(RunCalibrationTest, ManyRunsAreCrossValidatedInTenFolds) {
               HasSubstr("10-fold cross-validation rms log error of time "));
 }
 
-TEST_F(RunCalibrationTest, RecoversTwoGpuTypesAndHoldsOutARun) {
+TEST_F(RunCorrectionsTest, RecoversTwoGpuTypesAndHoldsOutARun) {
   std::vector<MeasuredRun> runs = {
       MakeRun("a100 pp2", "A100-80GB", 2, 1, 2, 4, 2),
       MakeRun("h100 pp2", "H100-80GB", 2, 1, 2, 4, 2),
@@ -363,7 +373,7 @@ TEST_F(RunCalibrationTest, RecoversTwoGpuTypesAndHoldsOutARun) {
   truth.compute_scale["A100-80GB"] = 0.9;
   truth.compute_scale["H100-80GB"] = 1.4;
   Measure(runs, truth, false);
-  FitOptions o;
+  FitOptions o = Options();
   o.fit_on = {"a100 pp2", "h100 pp2"};
   absl::StatusOr<FitResult> r = FitCorrections(runs, o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -380,7 +390,7 @@ TEST_F(RunCalibrationTest, RecoversTwoGpuTypesAndHoldsOutARun) {
   EXPECT_EQ(r->fitted_on, (std::vector<std::string>{"a100 pp2", "h100 pp2"}));
 }
 
-TEST_F(RunCalibrationTest, AutomaticFitDropsAFixedCostThatDominates) {
+TEST_F(RunCorrectionsTest, AutomaticFitDropsAFixedCostThatDominates) {
   std::vector<MeasuredRun> runs = {
       MakeRun("pp2 mbs4", "A100-80GB", 2, 1, 2, 4, 4),
       MakeRun("pp2 mbs1", "A100-80GB", 2, 1, 2, 4, 1),
@@ -390,7 +400,7 @@ TEST_F(RunCalibrationTest, AutomaticFitDropsAFixedCostThatDominates) {
   RunCorrections truth;
   truth.micro_batch_fixed_s = 0.5;
   Measure(runs, truth, false);
-  absl::StatusOr<FitResult> r = FitCorrections(runs, FitOptions{});
+  absl::StatusOr<FitResult> r = FitCorrections(runs, Options());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->corrections.micro_batch_fixed_s.has_value());
   bool noted = false;
@@ -402,7 +412,7 @@ TEST_F(RunCalibrationTest, AutomaticFitDropsAFixedCostThatDominates) {
   }
   EXPECT_TRUE(noted);
   // Named, it is kept, with a warning.
-  FitOptions o;
+  FitOptions o = Options();
   o.parameters = {"compute_scale", "micro_batch_fixed_ms"};
   r = FitCorrections(runs, o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -411,10 +421,10 @@ TEST_F(RunCalibrationTest, AutomaticFitDropsAFixedCostThatDominates) {
   EXPECT_THAT(r->warnings[0], HasSubstr("the fitted fixed costs are"));
 }
 
-TEST_F(RunCalibrationTest, RefusesOneRunForTwoParameters) {
+TEST_F(RunCorrectionsTest, RefusesOneRunForTwoParameters) {
   std::vector<MeasuredRun> runs = {MakeRun("only", "A100-80GB", 2, 1, 2, 4, 4)};
   runs[0].measured_iteration_s = 10;
-  FitOptions o;
+  FitOptions o = Options();
   o.parameters = {"compute_scale", "iteration_fixed_ms"};
   absl::StatusOr<FitResult> r = FitCorrections(runs, o);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -424,14 +434,14 @@ TEST_F(RunCalibrationTest, RefusesOneRunForTwoParameters) {
             "least one run per parameter");
 }
 
-TEST_F(RunCalibrationTest, RefusesFixedCostWithOneMicroBatchCount) {
+TEST_F(RunCorrectionsTest, RefusesFixedCostWithOneMicroBatchCount) {
   // 256 / (4 * 4) = 16 micro-batches per replica in both.
   std::vector<MeasuredRun> runs = {
       MakeRun("pp2", "A100-80GB", 2, 1, 2, 4, 4),
       MakeRun("tp2", "A100-80GB", 2, 2, 1, 4, 4),
   };
   Measure(runs, {}, false);
-  FitOptions o;
+  FitOptions o = Options();
   o.parameters = {"compute_scale", "micro_batch_fixed_ms"};
   absl::StatusOr<FitResult> r = FitCorrections(runs, o);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -455,7 +465,7 @@ TEST_F(RunCalibrationTest, RefusesFixedCostWithOneMicroBatchCount) {
   EXPECT_TRUE(noted);
 }
 
-TEST_F(RunCalibrationTest, RefusesFixedCostProportionalToCompute) {
+TEST_F(RunCorrectionsTest, RefusesFixedCostProportionalToCompute) {
   // Same micro-batch size, counts 8 / 16 / 32: the fixed cost per
   // micro-batch grows exactly as the compute does.
   std::vector<MeasuredRun> runs = {
@@ -464,7 +474,7 @@ TEST_F(RunCalibrationTest, RefusesFixedCostProportionalToCompute) {
       MakeRun("b512", "A100-80GB", 2, 1, 2, 4, 4, 512),
   };
   Measure(runs, {}, false);
-  FitOptions o;
+  FitOptions o = Options();
   o.parameters = {"compute_scale", "micro_batch_fixed_ms"};
   absl::StatusOr<FitResult> r = FitCorrections(runs, o);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -475,7 +485,7 @@ TEST_F(RunCalibrationTest, RefusesFixedCostProportionalToCompute) {
                         "scale"));
 }
 
-TEST_F(RunCalibrationTest, RefusesTwoTypesThatOnlyRunTogether) {
+TEST_F(RunCorrectionsTest, RefusesTwoTypesThatOnlyRunTogether) {
   // One run on A100 and H100 stages: two compute scales, one run.
   MeasuredRun run = MakeRun("a", "A100-80GB", 2, 1, 2, 4, 2);
   run.cluster = MakeCluster(
@@ -486,7 +496,7 @@ TEST_F(RunCalibrationTest, RefusesTwoTypesThatOnlyRunTogether) {
   ASSERT_TRUE(p.ok()) << p.status();
   run.plan = *p;
   run.measured_iteration_s = 5;
-  absl::StatusOr<FitResult> r = FitCorrections({run}, FitOptions{});
+  absl::StatusOr<FitResult> r = FitCorrections({run}, Options());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(),
               HasSubstr("compute_scale[H100-80GB]: 1 fitted run for 2 "
@@ -497,7 +507,7 @@ TEST_F(RunCalibrationTest, RefusesTwoTypesThatOnlyRunTogether) {
 // of a GPU type's compute: runs of two sequence lengths determine both.
 // H100-80GB has no measured profiles, so its layers are synthesized and
 // carry their attention share.
-TEST_F(RunCalibrationTest, RecoversAttentionScaleFromTwoSequenceLengths) {
+TEST_F(RunCorrectionsTest, RecoversAttentionScaleFromTwoSequenceLengths) {
   auto at_seq = [&](const std::string& label, int seq) {
     MeasuredRun r = MakeRun(label, "H100-80GB", 1, 1, 1, 4, 1, 64);
     r.training.seq_len = seq;
@@ -509,7 +519,7 @@ TEST_F(RunCalibrationTest, RecoversAttentionScaleFromTwoSequenceLengths) {
   truth.compute_scale["H100-80GB"] = 1.3;
   truth.attention_scale["H100-80GB"] = 1.6;
   Measure(runs, truth, false);
-  FitOptions o;
+  FitOptions o = Options();
   o.fit_on = {"s2048", "s8192"};
   o.parameters = {"compute_scale", "attention_scale"};
   absl::StatusOr<FitResult> r = FitCorrections(runs, o);
@@ -529,13 +539,13 @@ TEST_F(RunCalibrationTest, RecoversAttentionScaleFromTwoSequenceLengths) {
   EXPECT_GT(r->time_rms_log_error_after, 0.01);
 }
 
-TEST_F(RunCalibrationTest, RefusesAttentionScaleTheRunsDoNotDetermine) {
+TEST_F(RunCorrectionsTest, RefusesAttentionScaleTheRunsDoNotDetermine) {
   // One sequence length: every run spends the same share in attention.
   std::vector<MeasuredRun> runs = {
       MakeRun("b64", "H100-80GB", 1, 1, 1, 4, 1, 64),
       MakeRun("b128", "H100-80GB", 1, 1, 1, 4, 1, 128)};
   Measure(runs, RunCorrections{}, false);
-  FitOptions o;
+  FitOptions o = Options();
   o.parameters = {"compute_scale", "attention_scale"};
   absl::StatusOr<FitResult> r = FitCorrections(runs, o);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -560,7 +570,7 @@ TEST_F(RunCalibrationTest, RefusesAttentionScaleTheRunsDoNotDetermine) {
 
 // The TP-communication scale: runs of different TP degrees spend different
 // shares in TP collectives, so they tell it from the compute scale.
-TEST_F(RunCalibrationTest, RecoversTpCommScaleFromTwoTpDegrees) {
+TEST_F(RunCorrectionsTest, RecoversTpCommScaleFromTwoTpDegrees) {
   std::vector<MeasuredRun> runs = {
       MakeRun("tp1", "H100-80GB", 1, 1, 1, 4, 1, 64),
       MakeRun("tp4", "H100-80GB", 1, 4, 1, 1, 1, 64),
@@ -569,7 +579,7 @@ TEST_F(RunCalibrationTest, RecoversTpCommScaleFromTwoTpDegrees) {
   truth.compute_scale["H100-80GB"] = 1.2;
   truth.tp_comm_scale["H100-80GB"] = 2.0;
   Measure(runs, truth, false);
-  FitOptions o;
+  FitOptions o = Options();
   o.fit_on = {"tp1", "tp4"};
   o.parameters = {"compute_scale", "tp_comm_scale"};
   absl::StatusOr<FitResult> r = FitCorrections(runs, o);
@@ -591,12 +601,12 @@ TEST_F(RunCalibrationTest, RecoversTpCommScaleFromTwoTpDegrees) {
                         "communication)"));
 }
 
-TEST_F(RunCalibrationTest, FitsMemoryOverheadFromOneRun) {
+TEST_F(RunCorrectionsTest, FitsMemoryOverheadFromOneRun) {
   std::vector<MeasuredRun> runs = {MakeRun("pp2", "A100-80GB", 2, 1, 2, 4, 2)};
   RunCorrections truth;
   truth.context_reserve_gib = 4.25;
   Measure(runs, truth, true);
-  absl::StatusOr<FitResult> r = FitCorrections(runs, FitOptions{});
+  absl::StatusOr<FitResult> r = FitCorrections(runs, Options());
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->corrections.context_reserve_gib.has_value());
   EXPECT_NEAR(*r->corrections.context_reserve_gib, 4.25, 1e-3);
@@ -614,7 +624,7 @@ TEST_F(RunCalibrationTest, FitsMemoryOverheadFromOneRun) {
   EXPECT_NEAR(r->runs[0].after.peak_gib, *runs[0].measured_peak_gib, 1e-3);
 }
 
-TEST_F(RunCalibrationTest, FitsOverheadAndFragmentationFromTwoSizes) {
+TEST_F(RunCorrectionsTest, FitsOverheadAndFragmentationFromTwoSizes) {
   std::vector<MeasuredRun> runs = {
       MakeRun("mbs1", "A100-80GB", 2, 1, 2, 4, 1),
       MakeRun("mbs8", "A100-80GB", 2, 1, 2, 4, 8),
@@ -623,7 +633,7 @@ TEST_F(RunCalibrationTest, FitsOverheadAndFragmentationFromTwoSizes) {
   truth.context_reserve_gib = 2.0;
   truth.fragmentation = 0.08;
   Measure(runs, truth, true);
-  FitOptions o;
+  FitOptions o = Options();
   o.parameters = {"compute_scale", "context_reserve_gib", "fragmentation"};
   absl::StatusOr<FitResult> r = FitCorrections(runs, o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -631,24 +641,24 @@ TEST_F(RunCalibrationTest, FitsOverheadAndFragmentationFromTwoSizes) {
   EXPECT_NEAR(*r->corrections.fragmentation, 0.08, 1e-3);
 }
 
-TEST_F(RunCalibrationTest, FitErrorsNameTheOption) {
+TEST_F(RunCorrectionsTest, FitErrorsNameTheOption) {
   std::vector<MeasuredRun> runs = {MakeRun("a", "A100-80GB", 2, 1, 2, 4, 2)};
   runs[0].measured_iteration_s = 1;
-  FitOptions o;
+  FitOptions o = Options();
   o.fit_on = {"b"};
   EXPECT_EQ(FitCorrections(runs, o).status().message(),
             "fit_on: unknown run label \"b\" (runs: a)");
-  o = {};
+  o = Options();
   o.parameters = {"compute"};
   EXPECT_THAT(FitCorrections(runs, o).status().message(),
               HasSubstr("parameters: unknown parameter \"compute\""));
-  o = {};
+  o = Options();
   o.parameters = {"fragmentation"};
   EXPECT_EQ(FitCorrections(runs, o).status().message(),
             "fragmentation: no fitted run has a measured peak_memory_gib");
 }
 
-TEST_F(RunCalibrationTest, ApplyCorrectionsSetsOnlyWhatIsPresent) {
+TEST_F(RunCorrectionsTest, ApplyCorrectionsSetsOnlyWhatIsPresent) {
   TrainingConfig t;
   t.framework.iteration_fixed_s = 0.5;
   CostParams p;
@@ -665,7 +675,7 @@ TEST_F(RunCalibrationTest, ApplyCorrectionsSetsOnlyWhatIsPresent) {
 
 // --- Calibration file ------------------------------------------------------
 
-TEST_F(RunCalibrationTest, CalibrationFileRoundTrip) {
+TEST_F(RunCorrectionsTest, CalibrationFileRoundTrip) {
   RunCalibrationFile f;
   f.corrections.compute_scale["A100-80GB"] = 1.31;
   f.corrections.attention_scale["H100"] = 1.62;
@@ -701,7 +711,7 @@ std::string CalibrationError(const GpuCatalog& catalog,
   return std::string(f.status().message());
 }
 
-TEST_F(RunCalibrationTest, CalibrationFileErrorsNameTheField) {
+TEST_F(RunCorrectionsTest, CalibrationFileErrorsNameTheField) {
   EXPECT_EQ(CalibrationError(catalog_, R"({"format": "x"})"),
             "cal.json: format: must be \"arachne-run-calibration-1\", got "
             "\"x\"");

@@ -4,8 +4,8 @@
 // rule that gives GPU types without measurements their parameters from
 // their published matmul throughput (checked leave-one-GPU-out).
 // docs/calibration.md describes the method and shows the shipped result.
-#ifndef ARACHNE_PLANNER_SERVICE_CORE_COST_CALIBRATION_H_
-#define ARACHNE_PLANNER_SERVICE_CORE_COST_CALIBRATION_H_
+#ifndef ARACHNE_PLANNER_SERVICE_CORE_CALIBRATION_SYNTHESIZER_FIT_H_
+#define ARACHNE_PLANNER_SERVICE_CORE_CALIBRATION_SYNTHESIZER_FIT_H_
 
 #include <cstdint>
 #include <map>
@@ -75,7 +75,7 @@ struct GpuThroughput {
   double tdp_w = 0;               // board power limit, W
   std::string source;             // where the figures come from
 };
-// The figures read for catalog ids (sources in calibration.cc and
+// The figures read for catalog ids (sources in synthesizer_fit.cc and
 // docs/calibration.md). Ids absent here have none.
 const std::map<std::string, GpuThroughput>& PublishedGpuThroughput();
 // PublishedGpuThroughput() entry of gpu.id, or all zero.
@@ -286,4 +286,4 @@ std::string RenderCalibrationMarkdown(
 
 }  // namespace arachne
 
-#endif  // ARACHNE_PLANNER_SERVICE_CORE_COST_CALIBRATION_H_
+#endif  // ARACHNE_PLANNER_SERVICE_CORE_CALIBRATION_SYNTHESIZER_FIT_H_

@@ -1,8 +1,8 @@
-// The controller's online fit (controller/calibration.h) on hand-made
+// The controller's online fit (controller/online_corrections.h) on hand-made
 // generation records of tiny-gpt: what is fitted on, what a refusal says,
 // the corrected prediction against the measured time, and the stored form
 // of the corrections.
-#include "controller/calibration.h"
+#include "controller/online_corrections.h"
 
 #include "glog/logging.h"
 #include "gmock/gmock.h"
@@ -80,9 +80,9 @@ TEST(ImputeUnmeasuredTypes, TheFleetsCorrectionForATypeThatNeverRan) {
   EXPECT_TRUE(none.compute_scale.empty());
 }
 
-TEST(OnlineCalibration, NothingMeasuredEnoughIsARefusalThatSaysWhy) {
+TEST(OnlineCorrections, NothingMeasuredEnoughIsARefusalThatSaysWhy) {
   const Job job;
-  OnlineCalibration cal(job.catalog, job.model, job.training, "", 3);
+  OnlineCorrections cal(job.catalog, job.model, job.training, "", 3);
   // 2 iterations after the warm-up: not yet a measured run.
   const CorrectionsFit fit = cal.Fit({job.Record(1, 2, 4 * job.raw_iteration_s)});
   EXPECT_EQ(fit.status.code(), absl::StatusCode::kFailedPrecondition);
@@ -93,10 +93,10 @@ TEST(OnlineCalibration, NothingMeasuredEnoughIsARefusalThatSaysWhy) {
   EXPECT_TRUE(fit.corrections.empty());
 }
 
-TEST(OnlineCalibration, OneMeasuredGenerationFitsItsComputeScale) {
+TEST(OnlineCorrections, OneMeasuredGenerationFitsItsComputeScale) {
   const Job job;
   ASSERT_GT(job.raw_iteration_s, 0);
-  OnlineCalibration cal(job.catalog, job.model, job.training, "", 3);
+  OnlineCorrections cal(job.catalog, job.model, job.training, "", 3);
   // Generation 1 ran 4 times slower than its raw prediction; generation 2
   // is not measured enough and is left out.
   const double measured = 4 * job.raw_iteration_s;
@@ -126,9 +126,9 @@ TEST(OnlineCalibration, OneMeasuredGenerationFitsItsComputeScale) {
 // profiles: the fit follows (one generation, one compute scale: exact), and
 // its warning that the scale is far from 1 reaches the note an operator
 // reads in `arachne status`.
-TEST(OnlineCalibration, CpuRanksFitWithAWarningInTheNote) {
+TEST(OnlineCorrections, CpuRanksFitWithAWarningInTheNote) {
   const Job job;
-  OnlineCalibration cal(job.catalog, job.model, job.training, "", 3);
+  OnlineCorrections cal(job.catalog, job.model, job.training, "", 3);
   const double measured = 500 * job.raw_iteration_s;
   const CorrectionsFit fit = cal.Fit({job.Record(1, 5, measured)});
   ASSERT_TRUE(fit.status.ok()) << fit.status << " " << fit.note;
@@ -140,9 +140,9 @@ TEST(OnlineCalibration, CpuRanksFitWithAWarningInTheNote) {
 }
 
 // Beyond the bound (1e4) the bound, not the fit, decides, and says so.
-TEST(OnlineCalibration, AFitHeldAtItsBoundSaysSoInTheNote) {
+TEST(OnlineCorrections, AFitHeldAtItsBoundSaysSoInTheNote) {
   const Job job;
-  OnlineCalibration cal(job.catalog, job.model, job.training, "", 3);
+  OnlineCorrections cal(job.catalog, job.model, job.training, "", 3);
   const double measured = 1e5 * job.raw_iteration_s;
   const CorrectionsFit fit = cal.Fit({job.Record(1, 5, measured)});
   ASSERT_TRUE(fit.status.ok()) << fit.status << " " << fit.note;
@@ -151,9 +151,9 @@ TEST(OnlineCalibration, AFitHeldAtItsBoundSaysSoInTheNote) {
   EXPECT_LT(fit.after[0].iteration_s, 0.2 * measured);
 }
 
-TEST(OnlineCalibration, TheStoredFormReadsBackWithItsGenerations) {
+TEST(OnlineCorrections, TheStoredFormReadsBackWithItsGenerations) {
   const Job job;
-  OnlineCalibration cal(job.catalog, job.model, job.training, "", 3);
+  OnlineCorrections cal(job.catalog, job.model, job.training, "", 3);
   RunCorrections c;
   c.compute_scale["A6000"] = 4.25;
   c.iteration_fixed_s = 0.012;

@@ -1,4 +1,4 @@
-#include "controller/calibration.h"
+#include "controller/online_corrections.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,10 +13,11 @@
 #include "nlohmann/json.hpp"
 #include "planner_service/io/cluster_io.h"
 #include "planner_service/io/plan_io.h"
+#include "planner_service/io/run_corrections_io.h"
 
 namespace arachne::controller {
 
-OnlineCalibration::OnlineCalibration(GpuCatalog catalog, ModelSpec model,
+OnlineCorrections::OnlineCorrections(GpuCatalog catalog, ModelSpec model,
                                      TrainingConfig training,
                                      std::string profiles_dir,
                                      int min_iterations)
@@ -26,7 +27,7 @@ OnlineCalibration::OnlineCalibration(GpuCatalog catalog, ModelSpec model,
       profiles_dir_(std::move(profiles_dir)),
       min_iterations_(std::max(1, min_iterations)) {}
 
-absl::StatusOr<RunPrediction> OnlineCalibration::Predict(
+absl::StatusOr<RunPrediction> OnlineCorrections::Predict(
     const Cluster& cluster, const Plan& plan,
     const RunCorrections& corrections) const {
   MeasuredRun run;
@@ -38,7 +39,7 @@ absl::StatusOr<RunPrediction> OnlineCalibration::Predict(
   run.plan = plan;
   // Pricing only: no measurement is read, but a run carries one.
   run.measured_iteration_s = 1;
-  return PredictRun(run, corrections, profiles_dir_);
+  return PredictRun(run, corrections, ProfilesDirPricing(profiles_dir_));
 }
 
 namespace {
@@ -66,14 +67,14 @@ absl::StatusOr<Parsed> ParseRecord(const GenerationRecord& r,
 
 }  // namespace
 
-absl::StatusOr<RunPrediction> OnlineCalibration::Predict(
+absl::StatusOr<RunPrediction> OnlineCorrections::Predict(
     const GenerationRecord& record, const RunCorrections& corrections) const {
   absl::StatusOr<Parsed> p = ParseRecord(record, catalog_);
   if (!p.ok()) return p.status();
   return Predict(p->cluster, p->plan, corrections);
 }
 
-absl::StatusOr<std::vector<MeasuredRun>> OnlineCalibration::Runs(
+absl::StatusOr<std::vector<MeasuredRun>> OnlineCorrections::Runs(
     const std::vector<GenerationRecord>& records,
     std::vector<int64_t>* generations) const {
   std::vector<MeasuredRun> runs;
@@ -104,7 +105,7 @@ absl::StatusOr<std::vector<MeasuredRun>> OnlineCalibration::Runs(
   return runs;
 }
 
-CorrectionsFit OnlineCalibration::Fit(
+CorrectionsFit OnlineCorrections::Fit(
     const std::vector<GenerationRecord>& records) const {
   CorrectionsFit out;
   absl::StatusOr<std::vector<MeasuredRun>> runs = Runs(records, &out.generations);
@@ -121,7 +122,7 @@ CorrectionsFit OnlineCalibration::Fit(
     return out;
   }
   FitOptions options;
-  options.profiles_dir = profiles_dir_;
+  options.pricing = ProfilesDirPricing(profiles_dir_);
   absl::StatusOr<FitResult> fit = FitCorrections(*runs, options);
   std::string memory_note;
   if (!fit.ok() && absl::IsFailedPrecondition(fit.status())) {
@@ -181,7 +182,7 @@ CorrectionsFit OnlineCalibration::Fit(
   return out;
 }
 
-std::string OnlineCalibration::ToJson(
+std::string OnlineCorrections::ToJson(
     const RunCorrections& corrections,
     const std::vector<int64_t>& generations) const {
   RunCalibrationFile file;
@@ -193,7 +194,7 @@ std::string OnlineCalibration::ToJson(
   return RunCalibrationToJson(file, /*exact=*/true).dump();
 }
 
-absl::StatusOr<RunCorrections> OnlineCalibration::FromJson(
+absl::StatusOr<RunCorrections> OnlineCorrections::FromJson(
     const std::string& json, std::vector<int64_t>* generations) const {
   const nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
   if (j.is_discarded()) {
