@@ -206,7 +206,7 @@ void BM_ExecutorGlooLoopback(benchmark::State& st) {
     for (int rank = 0; rank < 2; ++rank) {
       const pid_t pid = fork();
       if (pid == 0) {
-        FileStore store(dir);
+        FileRendezvousStore store(dir);
         auto t = MakeGlooTransportFactory()->Create(
             {.rank = rank, .world_size = 2}, &store);
         CHECK(t.ok()) << t.status();

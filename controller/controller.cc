@@ -1,8 +1,8 @@
-// The JobController's core: construction (Create opens the store, starts
-// the job's TCPStore and the reconcile thread), Stop, the event log
+// The JobController's core: construction (Create opens the state database,
+// starts the job's TCPStore and the reconcile thread), Stop, the event log
 // (Emit, Fail) and the agent clients by node. The rest of the class is
-// defined by concern beside it: controller_recovery.cc (reading the store
-// back at start), controller_rpcs.cc (the RPC handlers),
+// defined by concern beside it: controller_recovery.cc (reading the state
+// database back at start), controller_rpcs.cc (the RPC handlers),
 // controller_reconcile.cc (the reconcile loop and switch driving),
 // controller_agent_polling.cc (the agents' Status polls) and
 // controller_measurements.cc (measured iteration times and corrections).
@@ -45,7 +45,7 @@ v1::Decision DecisionToProto(const DecisionRecord& r) {
 JobController::JobController(JobControllerConfig config, GpuCatalog catalog,
                              std::unique_ptr<PlanSource> planner,
                              const Clock* clock,
-                             std::unique_ptr<StateStore> store)
+                             std::unique_ptr<StateDatabase> store)
     : config_(std::move(config)),
       catalog_(std::move(catalog)),
       planner_(std::move(planner)),
@@ -67,8 +67,8 @@ absl::StatusOr<std::unique_ptr<JobController>> JobController::Create(
     JobControllerConfig config, GpuCatalog catalog,
     std::unique_ptr<PlanSource> planner, const Clock* clock) {
   CHECK(planner != nullptr && clock != nullptr);
-  absl::StatusOr<std::unique_ptr<StateStore>> store =
-      StateStore::Open(config.state_dir);
+  absl::StatusOr<std::unique_ptr<StateDatabase>> store =
+      StateDatabase::Open(config.state_dir);
   if (!store.ok()) return store.status();
   absl::StatusOr<std::string> id = (*store)->ControllerId();
   if (!id.ok()) return id.status();

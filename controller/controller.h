@@ -7,7 +7,7 @@
 // Level-triggered: one reconcile thread looks at what is (members, the
 // current plan, pending changes) and does the next step — the first plan
 // once min_gpus registered, a replan when membership says one is due — so
-// after a restart it recomputes what to do from the store instead of
+// after a restart it recomputes what to do from the state database instead of
 // replaying events. The reconcile thread runs every switch itself, so at
 // most one is in flight; RPCs (Register, Heartbeat, ...) keep being answered
 // meanwhile.
@@ -46,7 +46,7 @@
 #include "controller/online_corrections.h"
 #include "controller/planning.h"
 #include "controller/reconfigurer.h"
-#include "controller/store.h"
+#include "controller/state_database.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/core/model/cluster.h"
 #include "planner_service/core/model/gpu_catalog.h"
@@ -101,16 +101,16 @@ inline constexpr size_t kStatusBudgetBytes = size_t{3} << 20;
 
 // The definitions are split by concern, each group of private members
 // below naming its file: controller.cc (Create, Stop, the event log, the
-// agent clients), controller_recovery.cc (the store read back at start),
-// controller_rpcs.cc (the RPCs), controller_reconcile.cc (the reconcile
+// agent clients), controller_recovery.cc (the state database read back at
+// start), controller_rpcs.cc (the RPCs), controller_reconcile.cc (the reconcile
 // loop and switch driving), controller_agent_polling.cc (the agents'
 // Status polls) and controller_measurements.cc (the calibration loop).
 class JobController {
  public:
-  // Opens the store, reads back membership and the current plan, finishes
-  // or rolls back a switch found in progress, starts the job's TCPStore and
-  // the reconcile thread. Errors: the store's (DataLoss for a torn
-  // database), the TCPStore's.
+  // Opens the state database, reads back membership and the current plan,
+  // finishes or rolls back a switch found in progress, starts the job's
+  // TCPStore and the reconcile thread. Errors: the state database's (DataLoss
+  // for a torn database), the TCPStore's.
   static absl::StatusOr<std::unique_ptr<JobController>> Create(
       JobControllerConfig config, GpuCatalog catalog,
       std::unique_ptr<PlanSource> planner, const Clock* clock);
@@ -134,7 +134,7 @@ class JobController {
  private:
   JobController(JobControllerConfig config, GpuCatalog catalog,
                 std::unique_ptr<PlanSource> planner, const Clock* clock,
-                std::unique_ptr<StateStore> store);
+                std::unique_ptr<StateDatabase> store);
 
   // ---- the core (controller.cc): the event log and the agent clients ----
   void Emit(const std::string& kind, const std::string& message,
@@ -212,7 +212,7 @@ class JobController {
   // ---- measured iteration times and corrected predictions
   // (controller_measurements.cc) ----
   // Reads the recorded generations and the corrections in force back from
-  // the store; the current generation's meter resumes from its record.
+  // the state database; the current generation's meter resumes from its record.
   absl::Status RestoreMeasurements();
   // Generation `generation` became current on `cluster` with `plan`: its
   // record (plan, raw prediction) starts and is stored. `first_iteration`:
@@ -262,7 +262,7 @@ class JobController {
   const GpuCatalog catalog_;
   const std::unique_ptr<PlanSource> planner_;
   const Clock* const clock_;
-  const std::unique_ptr<StateStore> store_;
+  const std::unique_ptr<StateDatabase> store_;
   std::string controller_id_;  // set by Create, then constant
   Membership membership_;
   Reconfigurer reconfigurer_;

@@ -1,5 +1,5 @@
 // JobController::Recover: what the controller does at start with what the
-// state store holds (membership, the current plan, the last switch, and a
+// state database holds (membership, the current plan, the last switch, and a
 // switch found in flight, which is finished or rolled back after asking
 // the agents). Separate because it runs once, from Create before the
 // reconcile thread starts, and follows its own rules (docs/controller.md,

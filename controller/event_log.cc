@@ -8,13 +8,13 @@
 
 namespace arachne::controller {
 
-absl::Status EventLog::Restore(StateStore* store) {
-  absl::StatusOr<std::vector<StateStore::StoredEvent>> stored =
+absl::Status EventLog::Restore(StateDatabase* store) {
+  absl::StatusOr<std::vector<StateDatabase::StoredEvent>> stored =
       store->RecentEvents(static_cast<int64_t>(capacity_));
   if (!stored.ok()) return stored.status();
   absl::MutexLock lock(&mu_);
   CHECK(events_.empty() && next_ == 1) << "EventLog::Restore after Add";
-  for (const StateStore::StoredEvent& e : *stored) {
+  for (const StateDatabase::StoredEvent& e : *stored) {
     v1::Event event;
     if (!event.ParseFromString(e.event) || event.sequence() != e.sequence) {
       return absl::DataLossError(absl::StrCat(

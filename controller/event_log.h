@@ -14,13 +14,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "arachne/v1/controller.pb.h"
-#include "controller/store.h"
+#include "controller/state_database.h"
 
 namespace arachne::controller {
 
 // The recent events kept for WatchEvents, with a sequence number each.
-// With a store, every event is written there before a watcher can see it,
-// and a restarted controller goes on from the stored ones: a watcher
+// With a state database, every event is written there before a watcher can see
+// it, and a restarted controller goes on from the stored ones: a watcher
 // resuming with the last sequence it saw misses nothing and gets nothing
 // twice (docs/controller.md, "Persistence").
 class EventLog {
@@ -28,7 +28,7 @@ class EventLog {
   explicit EventLog(size_t capacity = 4096) : capacity_(capacity) {}
   // Reads back the newest `capacity` events `store` kept, numbers the next
   // event after them and keeps every later one there. Before any Add.
-  absl::Status Restore(StateStore* store);
+  absl::Status Restore(StateDatabase* store);
   void Add(v1::Event event);
   // The events after sequence `after`, waiting up to `wait` for the first.
   std::vector<v1::Event> After(int64_t after, absl::Duration wait) const;
@@ -38,7 +38,7 @@ class EventLog {
   mutable absl::Mutex mu_;
   std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);
   int64_t next_ ABSL_GUARDED_BY(mu_) = 1;
-  StateStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;
+  StateDatabase* store_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace arachne::controller

@@ -52,8 +52,8 @@ class IterationMeter {
   // The iterations the median reads, by iteration number.
   const std::map<int64_t, double>& samples() const { return samples_; }
 
-  // Restores a meter saved as (samples, measured) (the store's record after
-  // a controller restart).
+  // Restores a meter saved as (samples, measured) (the state database's record
+  // after a controller restart).
   void Restore(const std::map<int64_t, double>& samples, int measured);
 
  private:
@@ -83,8 +83,8 @@ struct NodeMemoryRecord {
   double MeasuredGibPerGpu() const;
 };
 
-// One generation as the store keeps it: the plan, its raw prediction and
-// what its run measured. The corrected predictions are not stored: they
+// One generation as the state database keeps it: the plan, its raw prediction
+// and what its run measured. The corrected predictions are not stored: they
 // are recomputed from the corrections in force.
 struct GenerationRecord {
   int64_t generation = 0;
@@ -104,7 +104,7 @@ struct GenerationRecord {
   double MeasuredPeakGib() const;
 };
 
-// The samples and node memory as the store writes them (JSON text).
+// The samples and node memory as the state database writes them (JSON text).
 std::string SamplesToJson(const std::map<int64_t, double>& samples);
 absl::StatusOr<std::map<int64_t, double>> SamplesFromJson(
     const std::string& json);

@@ -122,8 +122,8 @@ absl::StatusOr<bool> Membership::Register(const MemberSpec& spec) {
   auto it = members_.find(spec.node);
   if (it != members_.end()) {
     Member& m = it->second;
-    // A member restored from a store that kept no incarnation is taken by
-    // the first agent process heard at its address.
+    // A member restored from a state database that kept no incarnation is taken
+    // by the first agent process heard at its address.
     const bool same_process =
         m.spec.address == spec.address &&
         (m.spec.incarnation == spec.incarnation || m.spec.incarnation.empty());

@@ -91,9 +91,9 @@ class Membership {
   // Renews `node`'s lease for the agent process `incarnation`. NotFound
   // when it is not registered (never, or its lease ran out) or registered
   // by another incarnation: the agent must Register again. A member read
-  // back from a store that kept no incarnation takes the first one heard.
-  // FailedPrecondition for a node that was drained and released (Remove):
-  // its agent must not come back by itself (an agent started again
+  // back from a state database that kept no incarnation takes the first one
+  // heard. FailedPrecondition for a node that was drained and released
+  // (Remove): its agent must not come back by itself (an agent started again
   // registers anew).
   absl::Status Heartbeat(const std::string& node,
                          const std::string& incarnation);
@@ -103,8 +103,8 @@ class Membership {
                             absl::Duration within);
   // `node` leaves gracefully by `deadline` from now: it stays a member (its
   // state must be moved off) but no new plan uses it; still a member at the
-  // deadline, it leaves as if its lease ran out (Tick records a kLeave). NotFound for an
-  // unknown node, InvalidArgument for deadline <= 0.
+  // deadline, it leaves as if its lease ran out (Tick records a kLeave).
+  // NotFound for an unknown node, InvalidArgument for deadline <= 0.
   absl::Status Drain(const std::string& node, absl::Duration deadline);
   void RequestReplan(const std::string& reason);
   // Removes a drained node once the plan no longer uses it (not a flap);
@@ -135,8 +135,8 @@ class Membership {
   // The node's back-off end, if it is backed off now.
   std::optional<absl::Time> BackedOffUntil(const std::string& node) const;
 
-  // Members read back from the store after a restart: their leases start
-  // now (they must heartbeat within one lease), nothing is pending.
+  // Members read back from the state database after a restart: their leases
+  // start now (they must heartbeat within one lease), nothing is pending.
   void Restore(const std::vector<Member>& members);
 
   const MembershipConfig& config() const { return config_; }

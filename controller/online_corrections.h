@@ -1,7 +1,7 @@
 // The controller's online corrections: the measured generations
-// (controller/measurement.h, recorded in the store) become measured runs
-// (planner_service/core/calibration/run_corrections.h), the corrections are
-// fitted on all of them with FitCorrections, and every prediction the
+// (controller/measurement.h, recorded in the state database) become measured
+// runs (planner_service/core/calibration/run_corrections.h), the corrections
+// are fitted on all of them with FitCorrections, and every prediction the
 // controller decides on is priced again with the corrections in force
 // (PredictRun). So the keep-or-switch rule compares corrected throughputs,
 // and `arachne status` shows measured, raw and corrected side by side
@@ -73,7 +73,7 @@ class OnlineCorrections {
   CorrectionsFit Fit(const std::vector<GenerationRecord>& records) const;
 
   // The calibration file's JSON of `corrections` (io/run_corrections_io.h),
-  // and back: what the store keeps.
+  // and back: what the state database keeps.
   std::string ToJson(const RunCorrections& corrections,
                      const std::vector<int64_t>& generations) const;
   // `generations`: those named in its fitted_on ("generation N").

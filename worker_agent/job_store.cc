@@ -76,9 +76,9 @@ std::string GenerationPrefix(int64_t generation) {
 
 namespace {
 
-// migration::Store over a c10d store: Get waits for the key with the
+// migration::RendezvousStore over a c10d store: Get waits for the key with the
 // caller's timeout (c10d's wait), so a missing peer is DeadlineExceeded.
-class C10dStoreAdapter : public migration::Store {
+class C10dStoreAdapter : public migration::RendezvousStore {
  public:
   explicit C10dStoreAdapter(c10::intrusive_ptr<c10d::Store> store)
       : store_(std::move(store)) {}
@@ -117,7 +117,7 @@ class C10dStoreAdapter : public migration::Store {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<migration::Store>> ConnectJobStore(
+absl::StatusOr<std::unique_ptr<migration::RendezvousStore>> ConnectJobStore(
     const std::string& address, const std::string& prefix,
     absl::Duration timeout) {
   std::string host;
@@ -134,7 +134,7 @@ absl::StatusOr<std::unique_ptr<migration::Store>> ConnectJobStore(
   try {
     auto tcp = c10::make_intrusive<c10d::TCPStore>(host, opts);
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
-    return std::unique_ptr<migration::Store>(
+    return std::unique_ptr<migration::RendezvousStore>(
         new C10dStoreAdapter(std::move(prefixed)));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "migration/core/store.h"
+#include "migration/core/rendezvous_store.h"
 
 namespace arachne::agent {
 
@@ -43,9 +43,10 @@ absl::Status ParseStoreAddress(absl::string_view address,
 std::string GenerationPrefix(int64_t generation);
 
 // A client of the TCPStore at `address` seen through `prefix` as a
-// migration::Store (what the Gloo migration transport rendezvous through).
+// migration::RendezvousStore (what the Gloo migration transport rendezvous
+// through).
 // Unavailable naming the address when it cannot connect within `timeout`.
-absl::StatusOr<std::unique_ptr<migration::Store>> ConnectJobStore(
+absl::StatusOr<std::unique_ptr<migration::RendezvousStore>> ConnectJobStore(
     const std::string& address, const std::string& prefix,
     absl::Duration timeout);
 

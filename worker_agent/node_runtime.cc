@@ -450,7 +450,7 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
       absl::StatusOr<std::unique_ptr<migration::TransportFactory>> factory =
           migration::MakeTransportFactory("gloo");
       if (!factory.ok()) return factory.status();
-      absl::StatusOr<std::unique_ptr<migration::Store>> store =
+      absl::StatusOr<std::unique_ptr<migration::RendezvousStore>> store =
           ConnectJobStore(args.store_address,
                           GenerationPrefix(args.generation) + "/migration",
                           absl::Seconds(60));

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "migration/core/store.h"
+#include "migration/core/rendezvous_store.h"
 
 namespace arachne::migration {
 
@@ -78,7 +78,7 @@ class TransportFactory {
   virtual int MaxLocalRanks() const { return 1 << 20; }
   // Connects `config.world_size` ranks through `store`; every rank calls it.
   virtual absl::StatusOr<std::unique_ptr<Transport>> Create(
-      const TransportConfig& config, Store* store) const = 0;
+      const TransportConfig& config, RendezvousStore* store) const = 0;
 };
 
 }  // namespace arachne::migration

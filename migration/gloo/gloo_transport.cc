@@ -24,7 +24,7 @@ std::chrono::milliseconds ToChrono(absl::Duration d) {
 // exception, so errors of our store become gloo::IoException.
 class StoreAdapter : public gloo::rendezvous::Store {
  public:
-  StoreAdapter(migration::Store* store, std::string prefix,
+  StoreAdapter(migration::RendezvousStore* store, std::string prefix,
                absl::Duration timeout)
       : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
 
@@ -49,7 +49,7 @@ class StoreAdapter : public gloo::rendezvous::Store {
   std::string Key(const std::string& key) const {
     return absl::StrCat(prefix_, "/gloo/", key);
   }
-  migration::Store* store_;
+  migration::RendezvousStore* store_;
   std::string prefix_;
   absl::Duration timeout_;
 };
@@ -156,7 +156,7 @@ class GlooTransportFactory : public TransportFactory {
   bool IsViable() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<Transport>> Create(
-      const TransportConfig& config, Store* store) const override {
+      const TransportConfig& config, RendezvousStore* store) const override {
     if (config.world_size <= 0 || config.rank < 0 ||
         config.rank >= config.world_size) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -33,7 +33,7 @@ class NcclTransport : public Transport {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
-  absl::Status Connect(Store* store) {
+  absl::Status Connect(RendezvousStore* store) {
     ARACHNE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     ARACHNE_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -175,7 +175,7 @@ class NcclTransportFactory : public TransportFactory {
   int MaxLocalRanks() const override { return DeviceCount(); }
 
   absl::StatusOr<std::unique_ptr<Transport>> Create(
-      const TransportConfig& config, Store* store) const override {
+      const TransportConfig& config, RendezvousStore* store) const override {
     if (config.world_size <= 0 || config.rank < 0 ||
         config.rank >= config.world_size) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -1,6 +1,6 @@
 // NCCL point-to-point (ncclSend / ncclRecv inside ncclGroupStart/End) over
-// one communicator whose unique id rank 0 publishes in the Store. Built only
-// with CUDA and NCCL (ARACHNE_HAVE_NCCL).
+// one communicator whose unique id rank 0 publishes in the RendezvousStore.
+// Built only with CUDA and NCCL (ARACHNE_HAVE_NCCL).
 //
 // Memory: with TransportConfig::memory == kDevice the op buffers are device
 // pointers on this rank's GPU; with kHost the transport stages them through

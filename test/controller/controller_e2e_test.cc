@@ -1,6 +1,6 @@
 // The controller end to end: real arachne-agent processes with virtual
 // GPUs that register themselves (--controller) and renew their leases, a
-// real arachne-controller process (embedded planner, SQLite store, the
+// real arachne-controller process (embedded planner, SQLite state database, the
 // job's TCPStore) on 127.0.0.1, all driven through their gRPC services.
 // Two agents register and training starts; a third registers (a join); the
 // controller replans, decides and — by the rule of docs/controller.md —
@@ -235,7 +235,8 @@ TEST(ControllerE2E, MeasuredIterationTimesCorrectThePredictions) {
   }
   const v1::GetStatusResponse fitted = *st;
 
-  // A restart: the record and the corrections are read back from the store.
+  // A restart: the record and the corrections are read back from the state
+  // database.
   controller.Kill();
   ASSERT_TRUE(controller.Start(job).ok());
   st = WaitFor(

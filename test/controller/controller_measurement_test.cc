@@ -1,6 +1,6 @@
 // The controller's record of what each generation measured: the median of
-// the iteration times after the warm-up, and the store's generations and
-// corrections surviving a reopen (a controller restart), including from a
+// the iteration times after the warm-up, and the state database's generations
+// and corrections surviving a reopen (a controller restart), including from a
 // version-2 database.
 #include "controller/measurement.h"
 
@@ -10,7 +10,7 @@
 
 #include <sqlite3.h>
 
-#include "controller/store.h"
+#include "controller/state_database.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -136,10 +136,10 @@ GenerationRecord Record(int64_t generation) {
   return r;
 }
 
-TEST(StateStore, GenerationsAndCorrectionsSurviveAReopen) {
+TEST(StateDatabase, GenerationsAndCorrectionsSurviveAReopen) {
   const std::string dir = TempDir("generations");
   {
-    auto store = StateStore::Open(dir);
+    auto store = StateDatabase::Open(dir);
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->SaveGeneration(Record(1)).ok());
     GenerationRecord two = Record(2);
@@ -155,7 +155,7 @@ TEST(StateStore, GenerationsAndCorrectionsSurviveAReopen) {
     c.fitted = absl::FromUnixSeconds(1'700'000'500);
     ASSERT_TRUE((*store)->SaveCorrections(c).ok());
   }
-  auto store = StateStore::Open(dir);
+  auto store = StateDatabase::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   auto records = (*store)->Generations();
   ASSERT_TRUE(records.ok()) << records.status();
@@ -191,8 +191,8 @@ TEST(StateStore, GenerationsAndCorrectionsSurviveAReopen) {
   EXPECT_EQ(c->fitted, absl::FromUnixSeconds(1'700'000'500));
 }
 
-TEST(StateStore, NoCorrectionsRecordedReadsEmpty) {
-  auto store = StateStore::Open(TempDir("nocorrections"));
+TEST(StateDatabase, NoCorrectionsRecordedReadsEmpty) {
+  auto store = StateDatabase::Open(TempDir("nocorrections"));
   ASSERT_TRUE(store.ok()) << store.status();
   auto c = (*store)->Corrections();
   ASSERT_TRUE(c.ok()) << c.status();
@@ -208,7 +208,7 @@ TEST(StateStore, NoCorrectionsRecordedReadsEmpty) {
 // throughputs, no generations table) opens; its decisions read their
 // throughputs as raw (nothing was corrected then) and the new records
 // are written.
-TEST(StateStore, ASchemaTwoDatabaseIsUpgradedKeepingItsDecisions) {
+TEST(StateDatabase, ASchemaTwoDatabaseIsUpgradedKeepingItsDecisions) {
   const std::string dir = TempDir("upgrade2");
   std::filesystem::create_directories(dir);
   {
@@ -235,7 +235,7 @@ TEST(StateStore, ASchemaTwoDatabaseIsUpgradedKeepingItsDecisions) {
         << sqlite3_errmsg(db);
     sqlite3_close(db);
   }
-  auto store = StateStore::Open(dir);
+  auto store = StateDatabase::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   DecisionRecord r;
   r.time = absl::FromUnixSeconds(1'700'000'100);
@@ -263,7 +263,7 @@ TEST(StateStore, ASchemaTwoDatabaseIsUpgradedKeepingItsDecisions) {
   EXPECT_DOUBLE_EQ(old.planning_s, 0.3);
   store->reset();
   // Reopened, it is a version-3 database as any other.
-  auto again = StateStore::Open(dir);
+  auto again = StateDatabase::Open(dir);
   ASSERT_TRUE(again.ok()) << again.status();
   auto records = (*again)->Generations();
   ASSERT_TRUE(records.ok());

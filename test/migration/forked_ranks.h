@@ -24,7 +24,7 @@
 
 namespace arachne::migration::testing {
 
-// A fresh directory under the test's temp dir (for a FileStore).
+// A fresh directory under the test's temp dir (for a FileRendezvousStore).
 inline std::string MakeTempDir() {
   std::string tmpl = ::testing::TempDir() + "/arachne_migration_XXXXXX";
   char* dir = mkdtemp(tmpl.data());

@@ -19,7 +19,7 @@ TEST(GlooFactoryTest, IsViableAndNamed) {
 }
 
 TEST(GlooFactoryTest, RejectsARankOutsideTheWorld) {
-  FileStore store(MakeTempDir());
+  FileRendezvousStore store(MakeTempDir());
   auto t = MakeGlooTransportFactory()->Create({.rank = 2, .world_size = 2},
                                               &store);
   EXPECT_EQ(t.status(),

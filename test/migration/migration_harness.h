@@ -19,7 +19,7 @@
 #include "migration/core/executor.h"
 #include "migration/core/schedule.h"
 #include "migration/core/state_layout.h"
-#include "migration/core/store.h"
+#include "migration/core/rendezvous_store.h"
 #include "migration/core/transport.h"
 #include "planner_service/core/model/cluster.h"
 #include "planner_service/core/model/gpu_catalog.h"
@@ -144,7 +144,7 @@ inline std::vector<absl::Status> RunMigration(
                             : HoldingsOf(*old_layout, world.gpu(rank)));
     FillReference(old_state);
     ShardSet new_state(diff->required[rank]);
-    FileStore store(dir);
+    FileRendezvousStore store(dir);
     auto transport = factory->Create(
         {.rank = rank, .world_size = world.size(), .store_prefix = "m"},
         &store);

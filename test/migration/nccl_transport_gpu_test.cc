@@ -13,7 +13,7 @@ INSTANTIATE_TEST_SUITE_P(Nccl, TransportConformanceTest,
                          FactoryName);
 
 TEST(NcclFactoryTest, RejectsARankOutsideTheWorld) {
-  FileStore store(MakeTempDir());
+  FileRendezvousStore store(MakeTempDir());
   // Checked before any CUDA call, so safe in the parent process.
   auto t = MakeNcclTransportFactory()->Create({.rank = 3, .world_size = 2},
                                               &store);

@@ -3,9 +3,10 @@
 //   INSTANTIATE_TEST_SUITE_P(Gloo, TransportConformanceTest,
 //                            ::testing::Values(&MakeGlooTransportFactory),
 //                            FactoryName);
-// Ranks are forked processes meeting through a FileStore; buffers are host
-// memory (a kDevice transport needs its own suite). The suite skips when the
-// factory is not viable here or the machine has fewer slots than ranks.
+// Ranks are forked processes meeting through a FileRendezvousStore; buffers
+// are host memory (a kDevice transport needs its own suite). The suite skips
+// when the factory is not viable here or the machine has fewer slots than
+// ranks.
 #ifndef ARACHNE_TEST_MIGRATION_TRANSPORT_CONFORMANCE_H_
 #define ARACHNE_TEST_MIGRATION_TRANSPORT_CONFORMANCE_H_
 
@@ -17,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "migration/core/store.h"
+#include "migration/core/rendezvous_store.h"
 #include "migration/core/transport.h"
 #include "test/migration/forked_ranks.h"
 
@@ -59,10 +60,12 @@ class TransportConformanceTest : public ::testing::TestWithParam<FactoryMaker> {
   // first when Skip(n).
   bool Skip(int n) const { return n > max_ranks_; }
   std::vector<absl::Status> RunConnected(
-      int n, const std::function<absl::Status(int, Transport&, Store&)>& body) {
+      int n,
+      const std::function<absl::Status(int, Transport&, RendezvousStore&)>&
+          body) {
     const std::string dir = store_dir_;
     return RunForkedRanks(n, [&, dir](int rank) -> absl::Status {
-      FileStore store(dir);
+      FileRendezvousStore store(dir);
       auto t = GetParam()()->Create(
           {.rank = rank, .world_size = n, .store_prefix = "t"}, &store);
       if (!t.ok()) return t.status();
@@ -77,7 +80,7 @@ class TransportConformanceTest : public ::testing::TestWithParam<FactoryMaker> {
 TEST_P(TransportConformanceTest, ExchangesBytesBothWaysInOneRound) {
   const size_t kBytes = (1 << 20) + 7;
   if (Skip(2)) GTEST_SKIP() << "needs 2 ranks on this machine";
-  auto st = RunConnected(2, [&](int rank, Transport& t, Store&) -> absl::Status {
+  auto st = RunConnected(2, [&](int rank, Transport& t, RendezvousStore&) {
     if (t.rank() != rank || t.world_size() != 2) {
       return absl::InternalError("wrong rank or world size");
     }
@@ -105,7 +108,7 @@ TEST_P(TransportConformanceTest, RingRoundsWithSeveralOpsPerPeerKeepOrder) {
   const std::vector<size_t> kSizes = {1, 100003, 4096};
   if (Skip(kRanks)) GTEST_SKIP() << "needs 4 ranks on this machine";
   auto st = RunConnected(kRanks, [&](int rank, Transport& t,
-                                     Store&) -> absl::Status {
+                                     RendezvousStore&) -> absl::Status {
     for (int round = 0; round < 3; ++round) {
       const int to = (rank + round + 1) % kRanks;
       const int from = (rank - round - 1 + 2 * kRanks) % kRanks;
@@ -143,7 +146,7 @@ TEST_P(TransportConformanceTest, RingRoundsWithSeveralOpsPerPeerKeepOrder) {
 
 TEST_P(TransportConformanceTest, RejectsAPeerOutsideTheWorld) {
   if (Skip(2)) GTEST_SKIP() << "needs 2 ranks on this machine";
-  auto st = RunConnected(2, [&](int rank, Transport& t, Store&) -> absl::Status {
+  auto st = RunConnected(2, [&](int rank, Transport& t, RendezvousStore&) {
     if (rank == 1) return absl::OkStatus();
     uint8_t b = 0;
     const SendOp s{7, &b, 1};
@@ -158,7 +161,7 @@ TEST_P(TransportConformanceTest, RejectsAPeerOutsideTheWorld) {
 TEST_P(TransportConformanceTest, RoundTimesOutWhenThePeerNeverSends) {
   if (Skip(2)) GTEST_SKIP() << "needs 2 ranks on this machine";
   auto st = RunConnected(2, [&](int rank, Transport& t,
-                                Store& store) -> absl::Status {
+                                RendezvousStore& store) -> absl::Status {
     if (rank == 1) {
       // Stay connected, sending nothing, until rank 0 has timed out.
       return store.Get("t/rank0_done", absl::Seconds(20)).status();

@@ -1,9 +1,11 @@
-// A small key-value store for rendezvous: ranks publish their addresses or
-// a communicator id under a key and read the others'. The controller will
-// provide one later; FileStore (a shared directory) serves tests and
-// single-machine runs.
-#ifndef ARACHNE_MIGRATION_CORE_STORE_H_
-#define ARACHNE_MIGRATION_CORE_STORE_H_
+// The rendezvous store: a small key-value interface through which ranks
+// publish their addresses or a communicator id under a key and read the
+// others'. In a live job it is the job's c10d TCPStore, hosted by the
+// controller (worker_agent/job_store.h, ConnectJobStore);
+// FileRendezvousStore (a shared directory) serves tests and single-machine
+// runs. Not the controller's state database (controller/state_database.h).
+#ifndef ARACHNE_MIGRATION_CORE_RENDEZVOUS_STORE_H_
+#define ARACHNE_MIGRATION_CORE_RENDEZVOUS_STORE_H_
 
 #include <string>
 
@@ -14,9 +16,9 @@
 
 namespace arachne::migration {
 
-class Store {
+class RendezvousStore {
  public:
-  virtual ~Store() = default;
+  virtual ~RendezvousStore() = default;
   // Publishes `value` under `key`, replacing any earlier value. Readers see
   // either the old or the whole new value, never part of it.
   virtual absl::Status Set(absl::string_view key, absl::string_view value) = 0;
@@ -29,10 +31,10 @@ class Store {
 // One file per key in a directory every rank can reach (keys may contain
 // '/', which is escaped). Set writes a temporary file and renames it, so a
 // reader never sees a partial value; Get polls every millisecond.
-class FileStore : public Store {
+class FileRendezvousStore : public RendezvousStore {
  public:
   // The directory must exist.
-  explicit FileStore(std::string dir) : dir_(std::move(dir)) {}
+  explicit FileRendezvousStore(std::string dir) : dir_(std::move(dir)) {}
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::string> Get(absl::string_view key,
                                   absl::Duration timeout) override;
@@ -44,4 +46,4 @@ class FileStore : public Store {
 
 }  // namespace arachne::migration
 
-#endif  // ARACHNE_MIGRATION_CORE_STORE_H_
+#endif  // ARACHNE_MIGRATION_CORE_RENDEZVOUS_STORE_H_

@@ -14,8 +14,8 @@
 // FailedPrecondition for a database of another schema version; Internal for
 // SQLite failing otherwise; Unavailable when the directory cannot be made.
 // Thread-safe.
-#ifndef ARACHNE_CONTROLLER_STORE_H_
-#define ARACHNE_CONTROLLER_STORE_H_
+#ifndef ARACHNE_CONTROLLER_STATE_DATABASE_H_
+#define ARACHNE_CONTROLLER_STATE_DATABASE_H_
 
 #include <cstdint>
 #include <memory>
@@ -41,7 +41,7 @@ namespace arachne::controller {
 // plan, predicted and measured) and the corrections in force; 4 the
 // members' incarnations and since when, and the event log. A version-1, -2
 // or -3 database is upgraded in place when opened.
-inline constexpr int kStoreSchemaVersion = 4;
+inline constexpr int kStateDatabaseSchemaVersion = 4;
 
 // The measured-run corrections in force (RunCorrections as the
 // calibration file's JSON, io/run_corrections_io.h) and what the last fit
@@ -88,15 +88,15 @@ struct StoredState {
   std::optional<SwitchInProgress> in_progress;
 };
 
-class StateStore {
+class StateDatabase {
  public:
   // Opens (creating when absent) `<state_dir>/controller.db`, creating the
   // directory too, and checks it (see the errors above).
-  static absl::StatusOr<std::unique_ptr<StateStore>> Open(
+  static absl::StatusOr<std::unique_ptr<StateDatabase>> Open(
       const std::string& state_dir);
-  ~StateStore();
-  StateStore(const StateStore&) = delete;
-  StateStore& operator=(const StateStore&) = delete;
+  ~StateDatabase();
+  StateDatabase(const StateDatabase&) = delete;
+  StateDatabase& operator=(const StateDatabase&) = delete;
 
   const std::string& path() const { return path_; }
 
@@ -145,7 +145,8 @@ class StateStore {
   absl::StatusOr<std::string> ControllerId();
 
  private:
-  StateStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  StateDatabase(std::string path, sqlite3* db)
+      : path_(std::move(path)), db_(db) {}
   absl::Status ExecLocked(const std::string& sql)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SetMetaLocked(const std::string& key, const std::string& value)
@@ -169,4 +170,4 @@ class StateStore {
 
 }  // namespace arachne::controller
 
-#endif  // ARACHNE_CONTROLLER_STORE_H_
+#endif  // ARACHNE_CONTROLLER_STATE_DATABASE_H_

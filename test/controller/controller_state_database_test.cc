@@ -1,6 +1,7 @@
-// The SQLite state store: what is written reads back after a reopen, and a
-// torn or foreign database is refused precisely.
-#include "controller/store.h"
+// The SQLite state database (controller/state_database.h): what is written
+// reads back after a reopen, and a torn or foreign database is refused
+// precisely.
+#include "controller/state_database.h"
 
 #include <unistd.h>
 
@@ -36,10 +37,10 @@ Member M(const std::string& node, bool draining = false) {
   return m;
 }
 
-TEST(StateStore, EverythingReadsBackAfterReopening) {
+TEST(StateDatabase, EverythingReadsBackAfterReopening) {
   const std::string dir = TempDir("reopen");
   {
-    auto store = StateStore::Open(dir);
+    auto store = StateDatabase::Open(dir);
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->SaveMembers({M("a"), M("b", true)}).ok());
     ASSERT_TRUE((*store)->SaveCurrent({1, "{\"nodes\":[]}", "{\"templates\":[]}"}).ok());
@@ -65,7 +66,7 @@ TEST(StateStore, EverythingReadsBackAfterReopening) {
     ASSERT_TRUE((*store)->AppendDecision(r).ok());
     ASSERT_TRUE((*store)->SaveSwitchRecord({2, "committed", "{\"pause_s\":0.1}"}).ok());
   }
-  auto store = StateStore::Open(dir);
+  auto store = StateDatabase::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   absl::StatusOr<StoredState> s = (*store)->Load();
   ASSERT_TRUE(s.ok()) << s.status();
@@ -106,10 +107,10 @@ TEST(StateStore, EverythingReadsBackAfterReopening) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/controller.db"));
 }
 
-TEST(StateStore, EventsKeepTheNewestAndReadBackInOrderAfterReopening) {
+TEST(StateDatabase, EventsKeepTheNewestAndReadBackInOrderAfterReopening) {
   const std::string dir = TempDir("events");
   {
-    auto store = StateStore::Open(dir);
+    auto store = StateDatabase::Open(dir);
     ASSERT_TRUE(store.ok()) << store.status();
     for (int64_t seq = 1; seq <= 7; ++seq) {
       ASSERT_TRUE((*store)->AppendEvent(seq, absl::StrCat("event-", seq), 5).ok());
@@ -119,7 +120,7 @@ TEST(StateStore, EventsKeepTheNewestAndReadBackInOrderAfterReopening) {
     EXPECT_EQ(again.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(again.message(), "event sequence 7 is not above the last stored, 7");
   }
-  auto store = StateStore::Open(dir);
+  auto store = StateDatabase::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   auto events = (*store)->RecentEvents(100);
   ASSERT_TRUE(events.ok()) << events.status();
@@ -141,14 +142,14 @@ TEST(StateStore, EventsKeepTheNewestAndReadBackInOrderAfterReopening) {
   EXPECT_EQ((*newest)[0].event, binary);
 }
 
-TEST(StateStore, AFileThatIsNotADatabaseIsDataLossNamingIt) {
+TEST(StateDatabase, AFileThatIsNotADatabaseIsDataLossNamingIt) {
   const std::string dir = TempDir("garbage");
   std::filesystem::create_directories(dir);
   {
     std::ofstream f(dir + "/controller.db");
     f << std::string(8192, 'x');
   }
-  auto store = StateStore::Open(dir);
+  auto store = StateDatabase::Open(dir);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
   EXPECT_THAT(store.status().message(), HasSubstr(dir + "/controller.db"));
@@ -156,10 +157,10 @@ TEST(StateStore, AFileThatIsNotADatabaseIsDataLossNamingIt) {
   EXPECT_THAT(store.status().message(), HasSubstr("move it away"));
 }
 
-TEST(StateStore, ATornDatabaseIsDataLoss) {
+TEST(StateDatabase, ATornDatabaseIsDataLoss) {
   const std::string dir = TempDir("torn");
   {
-    auto store = StateStore::Open(dir);
+    auto store = StateDatabase::Open(dir);
     ASSERT_TRUE(store.ok());
     std::vector<Member> many;
     for (int i = 0; i < 200; ++i) many.push_back(M("node-" + std::to_string(i)));
@@ -179,15 +180,15 @@ TEST(StateStore, ATornDatabaseIsDataLoss) {
     std::string junk(size / 2, '\x5a');
     f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
   }
-  auto store = StateStore::Open(dir);
+  auto store = StateDatabase::Open(dir);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
   EXPECT_THAT(store.status().message(), HasSubstr(path));
 }
 
-TEST(StateStore, AnotherSchemaVersionIsFailedPrecondition) {
+TEST(StateDatabase, AnotherSchemaVersionIsFailedPrecondition) {
   const std::string dir = TempDir("version");
-  { ASSERT_TRUE(StateStore::Open(dir).ok()); }
+  { ASSERT_TRUE(StateDatabase::Open(dir).ok()); }
   // Rewrite the version with the sqlite3 command-line shell when present.
   if (std::system("command -v sqlite3 > /dev/null") != 0) {
     GTEST_SKIP() << "no sqlite3 shell";
@@ -197,7 +198,7 @@ TEST(StateStore, AnotherSchemaVersionIsFailedPrecondition) {
                          "key='schema_version';\"")
                             .c_str()),
             0);
-  auto store = StateStore::Open(dir);
+  auto store = StateDatabase::Open(dir);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(store.status().message(), HasSubstr("schema version 99"));
@@ -205,7 +206,7 @@ TEST(StateStore, AnotherSchemaVersionIsFailedPrecondition) {
 
 // A database the previous controller release wrote (schema 1: decisions
 // without their timings) opens, keeps its decisions and records timings.
-TEST(StateStore, ASchemaOneDatabaseIsUpgradedKeepingItsDecisions) {
+TEST(StateDatabase, ASchemaOneDatabaseIsUpgradedKeepingItsDecisions) {
   const std::string dir = TempDir("upgrade");
   std::filesystem::create_directories(dir);
   {
@@ -230,7 +231,7 @@ TEST(StateStore, ASchemaOneDatabaseIsUpgradedKeepingItsDecisions) {
         << sqlite3_errmsg(db);
     sqlite3_close(db);
   }
-  auto store = StateStore::Open(dir);
+  auto store = StateDatabase::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   DecisionRecord r;
   r.time = absl::FromUnixSeconds(1'700'000'100);
@@ -251,13 +252,13 @@ TEST(StateStore, ASchemaOneDatabaseIsUpgradedKeepingItsDecisions) {
   EXPECT_EQ((*decisions)[1].decision.planning_s, 0);
   store->reset();
   // Reopened, it is a database of the current version as any other.
-  EXPECT_TRUE(StateStore::Open(dir).ok());
+  EXPECT_TRUE(StateDatabase::Open(dir).ok());
 }
 
 // A schema-3 database (members without incarnations) opens, keeps its
 // members (their incarnation empty: the first heartbeat's is taken, see
 // Membership) and writes incarnations from then on.
-TEST(StateStore, ASchemaThreeDatabaseKeepsItsMembersWithoutIncarnations) {
+TEST(StateDatabase, ASchemaThreeDatabaseKeepsItsMembersWithoutIncarnations) {
   const std::string dir = TempDir("upgrade3");
   std::filesystem::create_directories(dir);
   {
@@ -287,7 +288,7 @@ TEST(StateStore, ASchemaThreeDatabaseKeepsItsMembersWithoutIncarnations) {
     sqlite3_close(db);
   }
   {
-    auto store = StateStore::Open(dir);
+    auto store = StateDatabase::Open(dir);
     ASSERT_TRUE(store.ok()) << store.status();
     auto s = (*store)->Load();
     ASSERT_TRUE(s.ok()) << s.status();
@@ -297,7 +298,7 @@ TEST(StateStore, ASchemaThreeDatabaseKeepsItsMembersWithoutIncarnations) {
     EXPECT_EQ(s->members[0].spec.incarnation, "");
     ASSERT_TRUE((*store)->SaveMembers({M("a")}).ok());
   }
-  auto store = StateStore::Open(dir);
+  auto store = StateDatabase::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   auto s = (*store)->Load();
   ASSERT_TRUE(s.ok()) << s.status();

@@ -1,4 +1,4 @@
-#include "migration/core/store.h"
+#include "migration/core/rendezvous_store.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 
 namespace arachne::migration {
 
-std::string FileStore::PathOf(absl::string_view key) const {
+std::string FileRendezvousStore::PathOf(absl::string_view key) const {
   std::string name;
   for (char c : key) {
     if (c == '/' || c == '%') {
@@ -25,7 +25,8 @@ std::string FileStore::PathOf(absl::string_view key) const {
   return absl::StrCat(dir_, "/", name);
 }
 
-absl::Status FileStore::Set(absl::string_view key, absl::string_view value) {
+absl::Status FileRendezvousStore::Set(absl::string_view key,
+                                      absl::string_view value) {
   const std::string path = PathOf(key);
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   {
@@ -43,8 +44,8 @@ absl::Status FileStore::Set(absl::string_view key, absl::string_view value) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> FileStore::Get(absl::string_view key,
-                                           absl::Duration timeout) {
+absl::StatusOr<std::string> FileRendezvousStore::Get(absl::string_view key,
+                                                     absl::Duration timeout) {
   const std::string path = PathOf(key);
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {

@@ -1,4 +1,4 @@
-#include "controller/store.h"
+#include "controller/state_database.h"
 
 #include <sqlite3.h>
 
@@ -105,7 +105,7 @@ Verdict VerdictFromName(const std::string& s) {
 
 }  // namespace
 
-absl::Status StateStore::ErrorLocked(const std::string& what, int rc) const {
+absl::Status StateDatabase::ErrorLocked(const std::string& what, int rc) const {
   const std::string message =
       absl::StrCat(path_, ": ", what, " (SQLite: ", sqlite3_errstr(rc),
                    db_ != nullptr ? absl::StrCat("; ", sqlite3_errmsg(db_)) : "",
@@ -119,7 +119,7 @@ absl::Status StateStore::ErrorLocked(const std::string& what, int rc) const {
   return absl::InternalError(message);
 }
 
-absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
+absl::StatusOr<std::unique_ptr<StateDatabase>> StateDatabase::Open(
     const std::string& state_dir) {
   if (state_dir.empty()) {
     return absl::InvalidArgumentError("state_dir: required, got none");
@@ -136,7 +136,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
       path.c_str(), &db,
       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
       nullptr);
-  std::unique_ptr<StateStore> store(new StateStore(path, db));
+  std::unique_ptr<StateDatabase> store(new StateDatabase(path, db));
   absl::MutexLock lock(&store->mu_);
   if (rc != SQLITE_OK) return store->ErrorLocked("cannot open", rc);
   sqlite3_busy_timeout(db, 5000);
@@ -208,17 +208,18 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
           }
         }
         if (absl::Status s = store->SetMetaLocked(
-                "schema_version", std::to_string(kStoreSchemaVersion));
+                "schema_version", std::to_string(kStateDatabaseSchemaVersion));
             !s.ok()) {
           return s;
         }
-      } else if (version != std::to_string(kStoreSchemaVersion)) {
+      } else if (version != std::to_string(kStateDatabaseSchemaVersion)) {
         return absl::FailedPreconditionError(absl::StrCat(
             path, ": schema version ", version, ", this controller reads ",
-            kStoreSchemaVersion));
+            kStateDatabaseSchemaVersion));
       }
     } else if (absl::Status s = store->SetMetaLocked(
-                   "schema_version", std::to_string(kStoreSchemaVersion));
+                   "schema_version",
+                   std::to_string(kStateDatabaseSchemaVersion));
                !s.ok()) {
       return s;
     }
@@ -226,12 +227,12 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
   return store;
 }
 
-StateStore::~StateStore() {
+StateDatabase::~StateDatabase() {
   absl::MutexLock lock(&mu_);
   if (db_ != nullptr) sqlite3_close_v2(db_);
 }
 
-absl::Status StateStore::ExecLocked(const std::string& sql) {
+absl::Status StateDatabase::ExecLocked(const std::string& sql) {
   char* error = nullptr;
   const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
   sqlite3_free(error);
@@ -239,8 +240,8 @@ absl::Status StateStore::ExecLocked(const std::string& sql) {
   return absl::OkStatus();
 }
 
-absl::Status StateStore::SetMetaLocked(const std::string& key,
-                                       const std::string& value) {
+absl::Status StateDatabase::SetMetaLocked(const std::string& key,
+                                          const std::string& value) {
   Statement s(db_, "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value=?2;");
   if (s.rc() != SQLITE_OK) return ErrorLocked("cannot write " + key, s.rc());
   s.Bind(1, key);
@@ -251,7 +252,7 @@ absl::Status StateStore::SetMetaLocked(const std::string& key,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> StateStore::ControllerId() {
+absl::StatusOr<std::string> StateDatabase::ControllerId() {
   absl::MutexLock lock(&mu_);
   {
     Statement get(db_, "SELECT value FROM meta WHERE key='controller_id';");
@@ -270,7 +271,7 @@ absl::StatusOr<std::string> StateStore::ControllerId() {
   return id;
 }
 
-absl::Status StateStore::DeleteMetaLocked(const std::string& key) {
+absl::Status StateDatabase::DeleteMetaLocked(const std::string& key) {
   Statement s(db_, "DELETE FROM meta WHERE key=?1;");
   if (s.rc() != SQLITE_OK) return ErrorLocked("cannot delete " + key, s.rc());
   s.Bind(1, key);
@@ -280,7 +281,7 @@ absl::Status StateStore::DeleteMetaLocked(const std::string& key) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StoredState> StateStore::Load() {
+absl::StatusOr<StoredState> StateDatabase::Load() {
   absl::MutexLock lock(&mu_);
   StoredState out;
   std::map<std::string, std::string> meta;
@@ -333,7 +334,7 @@ absl::StatusOr<StoredState> StateStore::Load() {
   return out;
 }
 
-absl::Status StateStore::SaveMembers(const std::vector<Member>& members) {
+absl::Status StateDatabase::SaveMembers(const std::vector<Member>& members) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = ExecLocked("BEGIN IMMEDIATE;"); !s.ok()) return s;
   absl::Status status = ExecLocked("DELETE FROM members;");
@@ -367,13 +368,14 @@ absl::Status StateStore::SaveMembers(const std::vector<Member>& members) {
   return ExecLocked("COMMIT;");
 }
 
-absl::Status StateStore::SaveCurrentLocked(const CurrentPlanRecord& current) {
+absl::Status StateDatabase::SaveCurrentLocked(
+    const CurrentPlanRecord& current) {
   if (absl::Status s = SetMetaLocked("generation", std::to_string(current.generation)); !s.ok()) return s;
   if (absl::Status s = SetMetaLocked("cluster_json", current.cluster_json); !s.ok()) return s;
   return SetMetaLocked("plan_json", current.plan_json);
 }
 
-absl::Status StateStore::ClearSwitchLocked() {
+absl::Status StateDatabase::ClearSwitchLocked() {
   for (const char* k : {"switch_generation", "switch_phase",
                         "switch_cluster_json", "switch_plan_json",
                         "switch_started"}) {
@@ -383,7 +385,7 @@ absl::Status StateStore::ClearSwitchLocked() {
 }
 
 template <typename Body>
-absl::Status StateStore::TransactionLocked(Body body) {
+absl::Status StateDatabase::TransactionLocked(Body body) {
   if (absl::Status s = ExecLocked("BEGIN IMMEDIATE;"); !s.ok()) return s;
   absl::Status status = body();
   if (!status.ok()) {
@@ -393,14 +395,14 @@ absl::Status StateStore::TransactionLocked(Body body) {
   return ExecLocked("COMMIT;");
 }
 
-absl::Status StateStore::SaveCurrent(const CurrentPlanRecord& current) {
+absl::Status StateDatabase::SaveCurrent(const CurrentPlanRecord& current) {
   absl::MutexLock lock(&mu_);
   return TransactionLocked([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return SaveCurrentLocked(current);
   });
 }
 
-absl::Status StateStore::SaveSwitch(const SwitchInProgress& p) {
+absl::Status StateDatabase::SaveSwitch(const SwitchInProgress& p) {
   absl::MutexLock lock(&mu_);
   return TransactionLocked([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
     if (absl::Status s = SetMetaLocked("switch_generation", std::to_string(p.generation)); !s.ok()) return s;
@@ -411,13 +413,13 @@ absl::Status StateStore::SaveSwitch(const SwitchInProgress& p) {
   });
 }
 
-absl::Status StateStore::ClearSwitch() {
+absl::Status StateDatabase::ClearSwitch() {
   absl::MutexLock lock(&mu_);
   return TransactionLocked(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return ClearSwitchLocked(); });
 }
 
-absl::Status StateStore::CommitSwitch(const CurrentPlanRecord& current) {
+absl::Status StateDatabase::CommitSwitch(const CurrentPlanRecord& current) {
   absl::MutexLock lock(&mu_);
   return TransactionLocked([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
     if (absl::Status s = SaveCurrentLocked(current); !s.ok()) return s;
@@ -425,7 +427,7 @@ absl::Status StateStore::CommitSwitch(const CurrentPlanRecord& current) {
   });
 }
 
-absl::StatusOr<int64_t> StateStore::AppendDecision(const DecisionRecord& r) {
+absl::StatusOr<int64_t> StateDatabase::AppendDecision(const DecisionRecord& r) {
   absl::MutexLock lock(&mu_);
   Statement s(db_,
               "INSERT INTO decisions(time, trigger, verdict, reason, "
@@ -459,7 +461,7 @@ absl::StatusOr<int64_t> StateStore::AppendDecision(const DecisionRecord& r) {
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
 }
 
-absl::StatusOr<std::vector<DecisionRecord>> StateStore::RecentDecisions(
+absl::StatusOr<std::vector<DecisionRecord>> StateDatabase::RecentDecisions(
     int limit) {
   absl::MutexLock lock(&mu_);
   Statement s(db_,
@@ -504,7 +506,7 @@ absl::StatusOr<std::vector<DecisionRecord>> StateStore::RecentDecisions(
   return out;
 }
 
-absl::Status StateStore::SaveSwitchRecord(const SwitchRecord& r) {
+absl::Status StateDatabase::SaveSwitchRecord(const SwitchRecord& r) {
   absl::MutexLock lock(&mu_);
   Statement s(db_,
               "INSERT INTO switches(generation, outcome, timings_json) "
@@ -520,8 +522,9 @@ absl::Status StateStore::SaveSwitchRecord(const SwitchRecord& r) {
   return absl::OkStatus();
 }
 
-absl::Status StateStore::AppendEvent(int64_t sequence, const std::string& event,
-                                     int64_t keep) {
+absl::Status StateDatabase::AppendEvent(int64_t sequence,
+                                        const std::string& event,
+                                        int64_t keep) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = ExecLocked("PRAGMA synchronous=NORMAL;"); !s.ok()) return s;
   absl::Status written =
@@ -555,8 +558,8 @@ absl::Status StateStore::AppendEvent(int64_t sequence, const std::string& event,
   return written.ok() ? full : written;
 }
 
-absl::StatusOr<std::vector<StateStore::StoredEvent>> StateStore::RecentEvents(
-    int64_t limit) {
+absl::StatusOr<std::vector<StateDatabase::StoredEvent>>
+StateDatabase::RecentEvents(int64_t limit) {
   absl::MutexLock lock(&mu_);
   Statement s(db_,
               "SELECT sequence, event FROM (SELECT sequence, event FROM events "
@@ -572,7 +575,7 @@ absl::StatusOr<std::vector<StateStore::StoredEvent>> StateStore::RecentEvents(
   return out;
 }
 
-absl::StatusOr<std::vector<SwitchRecord>> StateStore::SwitchRecords() {
+absl::StatusOr<std::vector<SwitchRecord>> StateDatabase::SwitchRecords() {
   absl::MutexLock lock(&mu_);
   Statement s(db_,
               "SELECT generation, outcome, timings_json FROM switches ORDER "
@@ -587,7 +590,7 @@ absl::StatusOr<std::vector<SwitchRecord>> StateStore::SwitchRecords() {
   return out;
 }
 
-absl::Status StateStore::SaveGeneration(const GenerationRecord& r) {
+absl::Status StateDatabase::SaveGeneration(const GenerationRecord& r) {
   absl::MutexLock lock(&mu_);
   Statement s(db_,
               "INSERT INTO generations(generation, cluster_json, plan_json, "
@@ -621,7 +624,7 @@ absl::Status StateStore::SaveGeneration(const GenerationRecord& r) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<GenerationRecord>> StateStore::Generations() {
+absl::StatusOr<std::vector<GenerationRecord>> StateDatabase::Generations() {
   absl::MutexLock lock(&mu_);
   Statement s(db_,
               "SELECT generation, cluster_json, plan_json, "
@@ -664,7 +667,7 @@ absl::StatusOr<std::vector<GenerationRecord>> StateStore::Generations() {
   return out;
 }
 
-absl::Status StateStore::SaveCorrections(const CorrectionsRecord& r) {
+absl::Status StateDatabase::SaveCorrections(const CorrectionsRecord& r) {
   absl::MutexLock lock(&mu_);
   return TransactionLocked([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
     if (absl::Status s = SetMetaLocked("corrections_json", r.corrections_json); !s.ok()) return s;
@@ -678,7 +681,7 @@ absl::Status StateStore::SaveCorrections(const CorrectionsRecord& r) {
   });
 }
 
-absl::StatusOr<CorrectionsRecord> StateStore::Corrections() {
+absl::StatusOr<CorrectionsRecord> StateDatabase::Corrections() {
   absl::MutexLock lock(&mu_);
   CorrectionsRecord out;
   Statement s(db_,
