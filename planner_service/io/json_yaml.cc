@@ -37,47 +37,6 @@ std::pair<int, int> LineColumnOfByte(absl::string_view text, size_t byte) {
   return {line, column};
 }
 
-}  // namespace
-
-// nlohmann's dump throws on strings that are not UTF-8, so none may enter a
-// tree.
-size_t FirstInvalidUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int extra = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // bounds of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      extra = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      extra = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      extra = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + extra >= s.size()) return i;
-    for (int k = 1; k <= extra; ++k) {
-      const unsigned char b = s[i + k];
-      const unsigned char min = k == 1 ? lo : 0x80;
-      const unsigned char max = k == 1 ? hi : 0xBF;
-      if (b < min || b > max) return i;
-    }
-    i += extra + 1;
-  }
-  return absl::string_view::npos;
-}
-
-namespace {
-
 std::string SizeLimitMessage(absl::string_view what, int64_t size,
                              int64_t limit) {
   return absl::StrCat(what, " of ", size, " bytes is longer than the limit of ",

@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/core/text/quote.h"
+#include "planner_service/core/text/utf8.h"
 
 // Status plumbing for the io parsers (Abseil ships no such macros). Prefixed
 // so they cannot clash with macros core may define.
@@ -68,11 +69,8 @@ std::string AbbreviateQuoted(absl::string_view message,
 
 // QuoteForMessage and kMaxQuotedBytes, the length it abbreviates at, are in
 // planner_service/core/text/quote.h: the core's messages quote alike.
-
-// Offset of the first byte of `s` that does not belong to a well-formed
-// UTF-8 sequence (overlong forms, surrogates and code points above U+10FFFF
-// included), or npos.
-size_t FirstInvalidUtf8(absl::string_view s);
+// FirstInvalidUtf8 is in planner_service/core/text/utf8.h: nlohmann's dump
+// throws on strings that are not UTF-8, so none may enter a tree.
 
 // Parses `text` as JSON when it starts with '{' or '[' (after whitespace) and
 // is valid JSON; otherwise as YAML (unless `source_name` ends in ".json",

@@ -1,7 +1,8 @@
 // QuoteForMessage (planner_service/core/text/quote.h) quotes as nlohmann's
 // dump(-1, ' ', false, error_handler_t::replace) of the (abbreviated) value
 // did when it lived in io/json_yaml.cc: every message that quotes a user's
-// value reads the same.
+// value reads the same. FirstInvalidUtf8 (utf8.h) agrees with nlohmann's
+// strict dump.
 #include "planner_service/core/text/quote.h"
 
 #include <random>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "planner_service/core/text/utf8.h"
 
 namespace arachne {
 namespace {
@@ -72,6 +74,33 @@ TEST(QuoteForMessage, RandomBytesAsNlohmann) {
       c = static_cast<char>(n % 4 == 0 ? any(rng) : alphabet[pick(rng)]);
     }
     ASSERT_EQ(QuoteForMessage(s), NlohmannQuote(s)) << NlohmannQuote(s);
+  }
+}
+
+// Whether nlohmann's strict dump takes `s` (it throws on ill-formed UTF-8).
+bool NlohmannTakes(const std::string& s) {
+  try {
+    nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
+TEST(FirstInvalidUtf8, AgreesWithNlohmann) {
+  std::mt19937 rng(37);
+  std::uniform_int_distribution<int> length(0, 12);
+  std::uniform_int_distribution<int> byte(0x60, 0xFF);
+  for (int n = 0; n < 20000; ++n) {
+    std::string s(length(rng), '\0');
+    for (char& c : s) c = static_cast<char>(byte(rng));
+    const size_t bad = FirstInvalidUtf8(s);
+    if (bad == absl::string_view::npos) {
+      ASSERT_TRUE(NlohmannTakes(s)) << NlohmannQuote(s);
+    } else {
+      ASSERT_FALSE(NlohmannTakes(s)) << NlohmannQuote(s);
+      ASSERT_TRUE(NlohmannTakes(s.substr(0, bad))) << NlohmannQuote(s);
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "planner_service/core/text/utf8.h"
 
 namespace arachne {
 namespace {
@@ -30,47 +31,18 @@ void AppendAscii(unsigned char c, std::string* out) {
 }
 
 // Appends `s` escaped, well-formed UTF-8 sequences as they are and each
-// maximal ill-formed subsequence as one U+FFFD (Unicode 15, section 3.9,
-// "U+FFFD Substitution of Maximal Subparts"): an invalid lead byte alone,
-// or a valid lead and the continuation bytes that still fit it, the byte
-// that broke the sequence read again as the start of the next.
+// maximal ill-formed subpart (Utf8SequenceAt) as one U+FFFD.
 void AppendEscaped(absl::string_view s, std::string* out) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = s[i];
-    if (c < 0x80) {
-      AppendAscii(c, out);
-      ++i;
-      continue;
-    }
-    int extra = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // bounds of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      extra = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      extra = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      extra = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      absl::StrAppend(out, kReplacement);
-      ++i;
-      continue;
-    }
-    int k = 1;
-    for (; k <= extra && i + k < s.size(); ++k) {
-      const unsigned char b = s[i + k];
-      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) break;
-    }
-    if (k > extra) {
-      absl::StrAppend(out, s.substr(i, extra + 1));
+  for (size_t i = 0; i < s.size();) {
+    const Utf8Sequence seq = Utf8SequenceAt(s, i);
+    if (seq.length == 1 && seq.valid) {
+      AppendAscii(static_cast<unsigned char>(s[i]), out);
+    } else if (seq.valid) {
+      absl::StrAppend(out, s.substr(i, seq.length));
     } else {
       absl::StrAppend(out, kReplacement);
     }
-    i += k;
+    i += seq.length;
   }
 }
 
