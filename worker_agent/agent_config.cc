@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -80,6 +81,15 @@ absl::Status CheckValues(const v1::AgentConfig& config,
       return s;
     }
   }
+  if (config.has_virtual_gpu_speed() &&
+      !(std::isfinite(config.virtual_gpu_speed()) &&
+        config.virtual_gpu_speed() > 0 && config.virtual_gpu_speed() <= 1)) {
+    return names.Error(
+        "virtual_gpu_speed",
+        absl::StrCat("must be a fraction of a CPU rank's speed in (0, 1], "
+                     "got ",
+                     config.virtual_gpu_speed()));
+  }
   if (config.has_controller() &&
       config.controller().find(':') == std::string::npos) {
     return names.Error("controller", absl::StrCat("must be host:port, got \"",
@@ -155,6 +165,17 @@ absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
     return absl::InvalidArgumentError(
         "--virtual-gpus: required on a machine without CUDA GPUs (none "
         "visible), got none");
+  }
+  if (config.has_virtual_gpu_speed()) {
+    if (!settings.virtual_gpus) {
+      return names.Error(
+          "virtual_gpu_speed",
+          absl::StrCat("only with virtual_gpus (CPU ranks); this agent "
+                       "runs on ",
+                       settings.gpu_count, " CUDA GPUs, got ",
+                       config.virtual_gpu_speed()));
+    }
+    settings.virtual_gpu_speed = config.virtual_gpu_speed();
   }
 
   settings.tls.cert_file = config.tls_cert();
@@ -384,6 +405,11 @@ AgentFlags::AgentFlags(CLI::App& app)
   flags_.Add("virtual_gpus",
              "CPU ranks standing in for N GPUs (required without CUDA GPUs; "
              "default: every visible CUDA GPU)");
+  flags_.Add("virtual_gpu_speed",
+             "with --virtual-gpus: each virtual GPU computes at this "
+             "fraction of a CPU rank's speed, in (0, 1] (each compute step "
+             "is held to 1/speed times its CPU time)",
+             defaults.virtual_gpu_speed);
   flags_.Add("profiles_dir",
              "directory of gpus.yaml and models.yaml (default: built-in "
              "data)");

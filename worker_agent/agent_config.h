@@ -49,6 +49,7 @@ struct AgentSettings {
   int gpu_type = -1;  // index into `catalog`
   int gpu_count = 0;
   bool virtual_gpus = true;       // CPU ranks standing in for GPUs
+  double virtual_gpu_speed = 1;   // NodeGpus::virtual_gpu_speed
   std::string profiles_dir;       // "" = built-in data
   GpuCatalog catalog;             // from profiles_dir
   std::vector<ModelSpec> models;  // the model catalog, from profiles_dir

@@ -1,10 +1,12 @@
 #include "worker_agent/engine_launch.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace arachne::agent {
 namespace {
@@ -30,6 +32,10 @@ std::vector<std::string> EngineEnvironmentVariables(
   };
   if (!env.virtual_gpus) {
     vars.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", env.local_rank));
+  }
+  if (env.virtual_gpu_speed != 1) {
+    vars.push_back(absl::StrCat("ARACHNE_VIRTUAL_GPU_SPEED=",
+                                absl::StrFormat("%.17g", env.virtual_gpu_speed)));
   }
   if (!env.profiles_dir.empty()) {
     vars.push_back(absl::StrCat("ARACHNE_PROFILES_DIR=", env.profiles_dir));
@@ -97,6 +103,18 @@ absl::StatusOr<EngineEnvironment> ReadEngineEnvironment(
     return Bad("ARACHNE_VIRTUAL_GPUS", *v, "must be 0 or 1");
   }
   env.virtual_gpus = !v.has_value() || *v == "1";
+  if (std::optional<std::string> s = get("ARACHNE_VIRTUAL_GPU_SPEED")) {
+    double speed = 0;
+    if (!absl::SimpleAtod(*s, &speed) || !std::isfinite(speed) ||
+        !(speed > 0 && speed <= 1)) {
+      return Bad("ARACHNE_VIRTUAL_GPU_SPEED", *s, "must be a number in (0, 1]");
+    }
+    if (!env.virtual_gpus) {
+      return Bad("ARACHNE_VIRTUAL_GPU_SPEED", *s,
+                 "only with ARACHNE_VIRTUAL_GPUS=1");
+    }
+    env.virtual_gpu_speed = speed;
+  }
   if (std::optional<std::string> p = get("ARACHNE_PROFILES_DIR")) {
     env.profiles_dir = *p;
   }

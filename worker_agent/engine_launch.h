@@ -37,12 +37,13 @@ struct EngineEnvironment {
   int local_rank = 0;
   std::string host = "127.0.0.1";
   bool virtual_gpus = true;
+  double virtual_gpu_speed = 1;  // NodeGpus::virtual_gpu_speed
   std::string profiles_dir;
   std::string failpoint;
 };
 
 // The variables above, "NAME=value" (the failpoint and profiles dir only
-// when set).
+// when set, ARACHNE_VIRTUAL_GPU_SPEED only when not 1).
 std::vector<std::string> EngineEnvironmentVariables(
     const EngineEnvironment& env);
 

@@ -270,6 +270,7 @@ absl::Status EngineSupervisor::StartOnce(Engine* e) {
   env.local_rank = e->index;
   env.host = gpus_.host;
   env.virtual_gpus = gpus_.virtual_gpus;
+  env.virtual_gpu_speed = gpus_.virtual_gpu_speed;
   env.profiles_dir = config_.profiles_dir;
   // The engines' own failpoints (the migration's); the agent keeps its own
   // (hang-status-while:, agent_config.h).
@@ -596,6 +597,12 @@ absl::StatusOr<PrepareResult> EngineSupervisor::Prepare(
     result.bytes_kept += r.bytes_kept;
     result.estimated_seconds =
         std::max(result.estimated_seconds, r.estimated_seconds);
+  }
+  // The schedule computed here is the estimate whatever an engine answers
+  // (an engine given its share need not price it; arachne_torch does not).
+  if (schedule.has_value()) {
+    result.estimated_seconds =
+        std::max(result.estimated_seconds, schedule->makespan_s);
   }
   return result;
 }

@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
                                       .gpu_type = settings->gpu_type,
                                       .count = settings->gpu_count,
                                       .virtual_gpus = settings->virtual_gpus,
+                                      .virtual_gpu_speed =
+                                          settings->virtual_gpu_speed,
                                       .host = settings->host,
                                       .failpoint = settings->failpoint};
   std::unique_ptr<arachne::agent::NodeRanks> runtime;

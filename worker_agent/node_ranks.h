@@ -25,6 +25,9 @@ struct NodeGpus {
   int gpu_type = -1;  // catalog index
   int count = 0;
   bool virtual_gpus = true;  // CPU ranks over Gloo standing in for GPUs
+  // A virtual GPU's speed as a fraction of its CPU rank's, in (0, 1]: each
+  // compute step is held to 1 / speed times its CPU time (compute_pacer.h).
+  double virtual_gpu_speed = 1;
   // The address other nodes reach this node's ranks at (process groups and
   // the migration transport listen there).
   std::string host = "127.0.0.1";

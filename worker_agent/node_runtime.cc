@@ -479,6 +479,7 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
     ea.initialize = initialize;
     ea.listen_host = gpus_.host;
     ea.timeout = gpus_.collective_timeout;
+    ea.virtual_gpu_speed = gpus_.virtual_gpu_speed;
     absl::StatusOr<std::unique_ptr<Engine>> e =
         CreateReferenceEngine(ea, &timing[i]);
     if (!e.ok()) return e.status();

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import math
 import os
 import resource
 import sys
@@ -64,6 +65,9 @@ class Env:
     local_rank: int
     host: str
     virtual_gpus: bool
+    # A virtual GPU's speed as a fraction of its CPU rank's (trainer.py,
+    # ComputePacer); 1 when the agent sets no ARACHNE_VIRTUAL_GPU_SPEED.
+    virtual_gpu_speed: float = 1.0
 
     @staticmethod
     def read(environ=os.environ) -> "Env":
@@ -92,10 +96,23 @@ class Env:
         if virtual not in ("0", "1"):
             raise BadRequest(f"ARACHNE_VIRTUAL_GPUS: must be 0 or 1, got "
                              f"\"{virtual[:64]}\"")
+        speed = 1.0
+        text = environ.get("ARACHNE_VIRTUAL_GPU_SPEED")
+        if text is not None:
+            try:
+                speed = float(text)
+            except ValueError:
+                speed = math.nan
+            if not (math.isfinite(speed) and 0 < speed <= 1):
+                raise BadRequest("ARACHNE_VIRTUAL_GPU_SPEED: must be a number "
+                                 f"in (0, 1], got \"{text[:64]}\"")
+            if virtual != "1":
+                raise BadRequest("ARACHNE_VIRTUAL_GPU_SPEED: only with "
+                                 f"ARACHNE_VIRTUAL_GPUS=1, got \"{text[:64]}\"")
         return Env(need("ARACHNE_ENGINE_SOCKET", 107), need("ARACHNE_NODE"),
                    need("ARACHNE_GPU_TYPE"), gpus,
                    integer("LOCAL_RANK", 0, gpus - 1), need("ARACHNE_HOST"),
-                   virtual == "1")
+                   virtual == "1", speed)
 
 
 @dataclasses.dataclass
@@ -290,7 +307,8 @@ class EngineRuntime:
                         job, plan, tensors, layout, rank, req.generation,
                         req.store_address, self.env.host,
                         initialize=req.generation == 1 and
-                        not req.checkpoint_dir)
+                        not req.checkpoint_dir,
+                        virtual_gpu_speed=self.env.virtual_gpu_speed)
                 except BadRequest:
                     raise
                 except ValueError as e:

@@ -296,14 +296,52 @@ def gloo_group(store, name: str, rank: int, size: int, device,
                                  opts)
 
 
+class ComputePacer:
+    """A virtual GPU slower than the CPU rank that stands in for it: each
+    compute step (a micro-batch's forward or backward, the optimizer step)
+    is held to 1 / speed times the CPU time the thread spent in it, the rest
+    slept out. The CPU time, not the wall time, is scaled, so a step
+    stretched by other processes on the same cores is not stretched again
+    (the C++ engine's compute_pacer.h). Communication is not slowed."""
+
+    def __init__(self, speed: float = 1.0, clock=time.monotonic,
+                 cpu_clock=time.thread_time, sleep=time.sleep):
+        if not 0 < speed <= 1:
+            raise ValueError(f"virtual GPU speed must be in (0, 1], got "
+                             f"{speed}")
+        self.speed, self.clock, self.cpu_clock = speed, clock, cpu_clock
+        self.sleep = sleep
+
+    def wait_after(self, cpu_s: float, elapsed_s: float) -> float:
+        """What is left of cpu_s / speed after elapsed_s, or 0."""
+        if self.speed == 1:
+            return 0.0
+        return max(0.0, cpu_s / self.speed - elapsed_s)
+
+    def start(self):
+        return (self.clock(), self.cpu_clock()) if self.speed != 1 else None
+
+    def pace(self, start) -> float:
+        """Sleeps wait_after(the step since `start`); returns the sleep."""
+        if self.speed == 1:
+            return 0.0
+        wait = self.wait_after(self.cpu_clock() - start[1],
+                               self.clock() - start[0])
+        if wait > 0:
+            self.sleep(wait)
+        return wait
+
+
 class Trainer:
     """The training state and iterations of one rank of a plan."""
 
     def __init__(self, job: Job, plan: Plan, tensors: List[st.StateTensor],
                  layout: Layout, plan_rank: int, generation: int,
                  store_address: str, listen_host: str = "127.0.0.1",
-                 timeout_s: float = 60.0, initialize: bool = True):
+                 timeout_s: float = 60.0, initialize: bool = True,
+                 virtual_gpu_speed: float = 1.0):
         self.job, self.plan, self.tensors = job, plan, tensors
+        self.pacer = ComputePacer(virtual_gpu_speed)
         self.layout, self.me = layout, plan_rank
         self.role = layout.ranks[plan_rank]
         self.tmpl = plan.templates[self.role.template]
@@ -668,6 +706,7 @@ class Trainer:
         def forward(mb):
             nonlocal loss_share
             sample = first + mb * mbs
+            computing = self.pacer.start()
             if s == 0:
                 h = self._embed(self._tokens(sample, False))
             else:
@@ -675,6 +714,7 @@ class Trainer:
                 self.world.recv([x], rank_of[(ti, r, s - 1,
                                               role.tp_rank % tp_prev)],
                                 iter_tag | (mb << 1)).wait(COLLECTIVE_TIMEOUT)
+                computing = self.pacer.start()  # the wait is not compute
                 x.requires_grad_(True)
                 inputs[mb] = x
                 h = x
@@ -683,15 +723,18 @@ class Trainer:
             if s == depth - 1:
                 outputs[mb] = self._head_loss(h, self._tokens(sample, True))
                 loss_share += outputs[mb].item()
+                self.pacer.pace(computing)
             else:
                 outputs[mb] = h
                 out = h.detach().contiguous()
+                self.pacer.pace(computing)
                 for j in range(role.tp_rank, tp_next, tp_here):
                     sends.append((out, self.world.send(
                         [out], rank_of[(ti, r, s + 1, j)],
                         iter_tag | (mb << 1))))
 
         def backward(mb):
+            computing = self.pacer.start()
             if s == depth - 1:
                 outputs[mb].backward()
             else:
@@ -699,7 +742,9 @@ class Trainer:
                 self.world.recv([g], rank_of[(ti, r, s + 1,
                                               role.tp_rank % tp_next)],
                                 iter_tag | (mb << 1) | 1).wait(COLLECTIVE_TIMEOUT)
+                computing = self.pacer.start()
                 outputs[mb].backward(g)
+            self.pacer.pace(computing)
             outputs[mb] = None
             if s > 0:
                 g = inputs[mb].grad.contiguous()
@@ -745,9 +790,11 @@ class Trainer:
                 f"plan rank {self.me} (template {ti} replica {r} stage {s} "
                 f"tp rank {role.tp_rank}): iteration {self.iteration + 1} "
                 f"failed: {_first_line(e)}") from e
+        stepping = self.pacer.start()
         self._optimizer_step(
             self.job.engine.clip_scale(math.sqrt(loss[2].item()))
             if clip else 1.0)
+        self.pacer.pace(stepping)
         self.scalars[st.SCALAR_STEP] += 1
         self.scalars[st.SCALAR_CURSOR] += self.job.training.global_batch
         return IterationResult(self.scalars[st.SCALAR_STEP], loss[0].item(),

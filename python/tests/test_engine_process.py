@@ -210,6 +210,13 @@ def test_out_of_order_and_stale_calls_are_refused_with_their_code(engine,
     ({"ARACHNE_NODE": ""}, "ARACHNE_NODE: required, got none"),
     ({"ARACHNE_VIRTUAL_GPUS": "yes"},
      "ARACHNE_VIRTUAL_GPUS: must be 0 or 1, got \"yes\""),
+    ({"ARACHNE_VIRTUAL_GPU_SPEED": "0"},
+     "ARACHNE_VIRTUAL_GPU_SPEED: must be a number in (0, 1], got \"0\""),
+    ({"ARACHNE_VIRTUAL_GPU_SPEED": "fast"},
+     "ARACHNE_VIRTUAL_GPU_SPEED: must be a number in (0, 1], got \"fast\""),
+    ({"ARACHNE_VIRTUAL_GPU_SPEED": "0.5", "ARACHNE_VIRTUAL_GPUS": "0"},
+     "ARACHNE_VIRTUAL_GPU_SPEED: only with ARACHNE_VIRTUAL_GPUS=1, got "
+     "\"0.5\""),
 ])
 def test_a_bad_launch_environment_exits_2_naming_the_variable(
         tmp_path, override, message):
@@ -218,3 +225,31 @@ def test_a_bad_launch_environment_exits_2_naming_the_variable(
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert p.stderr.strip() == f"arachne_torch.engine: {message}"
+
+
+def test_a_virtual_gpu_holds_each_step_to_its_cpu_time_over_the_speed():
+    """ComputePacer on injected clocks: 30 ms of CPU in 30 ms at speed 0.25
+    sleeps 90 ms (120 ms in all); the same step stretched to 50 ms by other
+    processes sleeps 70 ms (the stretch is not scaled again); speed 1 never
+    sleeps or reads a clock."""
+    from arachne_torch.trainer import ComputePacer
+    wall, cpu = [100.0], [7.0]
+    waits = []
+    pacer = ComputePacer(0.25, clock=lambda: wall[0],
+                         cpu_clock=lambda: cpu[0], sleep=waits.append)
+    start = pacer.start()
+    wall[0] += 0.030
+    cpu[0] += 0.030
+    assert pacer.pace(start) == pytest.approx(0.090)
+    start = pacer.start()
+    wall[0] += 0.050
+    cpu[0] += 0.030
+    assert pacer.pace(start) == pytest.approx(0.070)
+    assert waits == [pytest.approx(0.090), pytest.approx(0.070)]
+    assert pacer.wait_after(0.030, 0.200) == 0.0
+    full = ComputePacer(1.0, clock=lambda: 1 / 0, cpu_clock=lambda: 1 / 0,
+                        sleep=waits.append)
+    assert full.pace(full.start()) == 0.0
+    assert len(waits) == 2
+    with pytest.raises(ValueError, match=r"must be in \(0, 1\], got 1.5"):
+        ComputePacer(1.5)

@@ -197,6 +197,35 @@ TEST_F(AgentConfigTest, VirtualGpusOutOfRange) {
   }
 }
 
+TEST_F(AgentConfigTest, VirtualGpuSpeedIsAFractionOfAVirtualGpusRank) {
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1",
+                "--virtual-gpu-speed", "0.35"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->virtual_gpu_speed, 0.35);
+  EXPECT_EQ(FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus",
+                      "1"})
+                ->virtual_gpu_speed,
+            1.0);
+  for (const char* bad : {"0", "1.01", "2"}) {
+    absl::StatusOr<AgentSettings> b =
+        FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1",
+                  "--virtual-gpu-speed", bad});
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(b.status().message(),
+                HasSubstr("--virtual-gpu-speed: must be a fraction of a CPU "
+                          "rank's speed in (0, 1], got "))
+        << bad;
+  }
+  absl::StatusOr<AgentSettings> cuda = FromArgs(
+      {"--node", "n0", "--gpu-type", "A6000", "--virtual-gpu-speed", "0.5"},
+      /*cuda_devices=*/2);
+  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda.status().message(),
+            "--virtual-gpu-speed: only with virtual_gpus (CPU ranks); this "
+            "agent runs on 2 CUDA GPUs, got 0.5");
+}
+
 TEST_F(AgentConfigTest, NonNumericFlagIsAParseError) {
   EXPECT_THROW(FromArgs({"--node", "n0", "--gpu-type", "A6000",
                          "--virtual-gpus", "two"}),

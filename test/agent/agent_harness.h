@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "test/engine/engine_harness.h"
@@ -189,6 +190,9 @@ class Driver {
     return agents_[node].get();
   }
   AgentProcess* agent(const std::string& node) { return agents_.at(node).get(); }
+  // The last switch's migration estimate: the largest any agent's Prepare
+  // answered (PrepareResponse.estimated_seconds).
+  double last_estimate_s() const { return last_estimate_s_; }
 
   std::vector<AgentProcess*> In(const Cluster& c) {
     std::vector<AgentProcess*> v;
@@ -295,8 +299,15 @@ class Driver {
       last_abort_ = why;
       return why;
     };
+    last_estimate_s_ = 0;
+    absl::Mutex estimate_mu;
     absl::Status s = OnAll(agents, [&](AgentProcess& a) {
-      return a.client().Prepare(args, catalog_).status();
+      auto prepared = a.client().Prepare(args, catalog_);
+      if (!prepared.ok()) return prepared.status();
+      absl::MutexLock l(&estimate_mu);
+      last_estimate_s_ =
+          std::max(last_estimate_s_, prepared->estimated_seconds);
+      return absl::OkStatus();
     });
     if (!s.ok()) return abort(s);
     s = OnAll(In(cluster_), [&](AgentProcess& a) {
@@ -352,6 +363,7 @@ class Driver {
   Cluster cluster_;
   std::map<int64_t, double> losses_;
   absl::Status last_abort_;
+  double last_estimate_s_ = 0;
 };
 
 // Places the stages of a template over (node, gpu) slots in order.

@@ -67,7 +67,15 @@ TEST(EngineLaunch, WhatTheAgentSetsReadsBack) {
   EXPECT_EQ(cpu.count("CUDA_VISIBLE_DEVICES"), 0u);
   EXPECT_EQ(cpu.count("ARACHNE_PROFILES_DIR"), 0u);
   EXPECT_EQ(cpu.count("ARACHNE_FAILPOINT"), 0u);
+  EXPECT_EQ(cpu.count("ARACHNE_VIRTUAL_GPU_SPEED"), 0u);  // speed 1
   EXPECT_TRUE(Read(cpu)->virtual_gpus);
+  EXPECT_EQ(Read(cpu)->virtual_gpu_speed, 1.0);
+
+  // A virtual GPU slower than its CPU rank.
+  env.virtual_gpu_speed = 0.35;
+  const Vars slow = AsMap(EngineEnvironmentVariables(env));
+  EXPECT_EQ(slow.at("ARACHNE_VIRTUAL_GPU_SPEED"), "0.34999999999999998");
+  EXPECT_EQ(Read(slow)->virtual_gpu_speed, 0.35);
 }
 
 TEST(EngineLaunch, BadOrMissingVariablesNameThemselves) {
@@ -93,6 +101,12 @@ TEST(EngineLaunch, BadOrMissingVariablesNameThemselves) {
        "LOCAL_RANK: must be an integer in 0..1, got \"-1\""},
       {"ARACHNE_VIRTUAL_GPUS", "yes",
        "ARACHNE_VIRTUAL_GPUS: must be 0 or 1, got \"yes\""},
+      {"ARACHNE_VIRTUAL_GPU_SPEED", "0",
+       "ARACHNE_VIRTUAL_GPU_SPEED: must be a number in (0, 1], got \"0\""},
+      {"ARACHNE_VIRTUAL_GPU_SPEED", "1.5",
+       "ARACHNE_VIRTUAL_GPU_SPEED: must be a number in (0, 1], got \"1.5\""},
+      {"ARACHNE_VIRTUAL_GPU_SPEED", "nan",
+       "ARACHNE_VIRTUAL_GPU_SPEED: must be a number in (0, 1], got \"nan\""},
       {"ARACHNE_ENGINE_SOCKET", "/tmp/" + std::string(110, 's'),
        "ARACHNE_ENGINE_SOCKET: a Unix socket path has at most 107 characters, "
        "got \"/tmp/" +

@@ -71,8 +71,10 @@ HELP_DEFAULT = re.compile(r'\(default:? ([^)]*)\)|[;,] default:? ([^;)]*)')
 # description; "(required without CUDA GPUs; ...)" is not required always.
 REQUIRED = re.compile(r' REQUIRED\b|[(;] ?required\)')
 FLAG_IN_CELL = re.compile(r'`--([a-z0-9][a-z0-9-]*)')
+# `1..64` (both ends in), `(>= 0)`, and `(0, 1]` (the low end out).
 RANGE_IN_TEXT = re.compile(r'\b(-?\d+(?:\.\d+)?)\.\.(-?\d+(?:\.\d+)?)\b|'
-                           r'\(>= (-?\d+(?:\.\d+)?)\)')
+                           r'\(>= (-?\d+(?:\.\d+)?)\)|'
+                           r'\((-?\d+(?:\.\d+)?), (-?\d+(?:\.\d+)?)\]')
 
 
 class Flag:
@@ -249,12 +251,16 @@ def check_range(name, binary, spec, flag, where, meaning, failures):
     m = RANGE_IN_TEXT.search(meaning.replace('`', ''))
     if not m:
         return 0
-    if m.group(3) is not None:
-        lo, hi, stated = m.group(3), None, f'>= {m.group(3)}'
-    else:
-        lo, hi, stated = m.group(1), m.group(2), f'{m.group(1)}..{m.group(2)}'
     step = 1 if flag.type == 'INT' else 0.5
-    outside = [float(lo) - step] + ([float(hi) + step] if hi else [])
+    if m.group(3) is not None:
+        stated = f'>= {m.group(3)}'
+        outside = [float(m.group(3)) - step]
+    elif m.group(4) is not None:
+        stated = f'({m.group(4)}, {m.group(5)}]'
+        outside = [float(m.group(4)), float(m.group(5)) + step]
+    else:
+        stated = f'{m.group(1)}..{m.group(2)}'
+        outside = [float(m.group(1)) - step, float(m.group(2)) + step]
     for value in outside:
         text = str(int(value)) if flag.type == 'INT' else str(value)
         args = [a for a in spec['base_args']]

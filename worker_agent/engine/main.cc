@@ -31,7 +31,8 @@ int Usage(const char* why) {
                "reads its settings from the environment: "
                "ARACHNE_ENGINE_SOCKET, ARACHNE_NODE, ARACHNE_GPU_TYPE, "
                "ARACHNE_NODE_GPUS, LOCAL_RANK, ARACHNE_HOST, "
-               "ARACHNE_VIRTUAL_GPUS, ARACHNE_PROFILES_DIR, "
+               "ARACHNE_VIRTUAL_GPUS, ARACHNE_VIRTUAL_GPU_SPEED, "
+               "ARACHNE_PROFILES_DIR, "
                "ARACHNE_FAILPOINT (docs/engines.md)\n";
   return 2;
 }
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
                                .gpu_type = *type,
                                .count = env->node_gpus,
                                .virtual_gpus = env->virtual_gpus,
+                               .virtual_gpu_speed = env->virtual_gpu_speed,
                                .host = env->host,
                                .failpoint = env->failpoint,
                                .local_rank = env->local_rank},

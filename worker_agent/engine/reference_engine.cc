@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "worker_agent/engine/compute_pacer.h"
 #include "worker_agent/engine/synthetic_corpus.h"
 #include "worker_agent/job_store.h"
 
@@ -335,7 +336,8 @@ class ReferenceEngine : public Engine {
         me_(args.plan_rank),
         role_(args.layout->role(args.plan_rank)),
         corpus_(args.job.engine.data_seed, args.job.model.vocab,
-                args.job.training.seq_len) {}
+                args.job.training.seq_len),
+        pacer_(args.virtual_gpu_speed) {}
 
   absl::Status Build(const EngineArgs& args, EngineBuildTiming* timing);
 
@@ -406,6 +408,7 @@ class ReferenceEngine : public Engine {
   int me_;
   migration::GpuRole role_;
   SyntheticCorpus corpus_;
+  ComputePacer pacer_;
   std::map<std::tuple<int, int, int, int>, int> rank_of_;
 
   Group world_, tp_;  // tp_ null when TP is 1
@@ -877,6 +880,7 @@ absl::StatusOr<IterationResult> ReferenceEngine::RunIteration(
     auto forward = [&](int mb) {
       const int64_t sample = first + int64_t{mb} * mbs;
       torch::Tensor h;
+      ComputePacer::Mark computing = pacer_.Start();
       if (s == 0) {
         h = Embed(Tokens(sample, false));
       } else {
@@ -885,6 +889,7 @@ absl::StatusOr<IterationResult> ReferenceEngine::RunIteration(
         world_->recv(v, PlanRankOf(ti, r, s - 1, role_.tp_rank % tp_prev),
                      iter_tag | (mb << 1))
             ->wait();
+        computing = pacer_.Start();  // the wait for the input is not compute
         in.set_requires_grad(true);
         inputs[mb] = in;
         h = in;
@@ -895,9 +900,11 @@ absl::StatusOr<IterationResult> ReferenceEngine::RunIteration(
       if (s == depth - 1) {
         outputs[mb] = HeadLoss(h, Tokens(sample, true));
         loss_share += outputs[mb].item<double>();
+        pacer_.Pace(computing);
       } else {
         outputs[mb] = h;
         torch::Tensor out = h.detach().contiguous();
+        pacer_.Pace(computing);
         for (int j = role_.tp_rank; j < tp_next; j += tp_here) {
           std::vector<at::Tensor> v{out};
           sends.push_back(
@@ -907,6 +914,7 @@ absl::StatusOr<IterationResult> ReferenceEngine::RunIteration(
       }
     };
     auto backward = [&](int mb) {
+      ComputePacer::Mark computing = pacer_.Start();
       if (s == depth - 1) {
         outputs[mb].backward();
       } else {
@@ -915,8 +923,10 @@ absl::StatusOr<IterationResult> ReferenceEngine::RunIteration(
         world_->recv(v, PlanRankOf(ti, r, s + 1, role_.tp_rank % tp_next),
                      iter_tag | (mb << 1) | 1)
             ->wait();
+        computing = pacer_.Start();
         outputs[mb].backward(g);
       }
+      pacer_.Pace(computing);
       outputs[mb] = torch::Tensor();
       if (s > 0) {
         torch::Tensor g = inputs[mb].grad().contiguous();
@@ -951,8 +961,10 @@ absl::StatusOr<IterationResult> ReferenceEngine::RunIteration(
          clip ? OwnedGradientSquares() : 0.0},
         torch::kFloat64);
     AllReduce(world_.get(), loss);
+    const ComputePacer::Mark stepping = pacer_.Start();
     OptimizerStep(
         clip ? job_.engine.ClipScale(std::sqrt(loss[2].item<double>())) : 1.0);
+    pacer_.Pace(stepping);
     scalars_[kScalarStep] += 1;
     scalars_[kScalarCursor] += job_.training.global_batch;
     IterationResult res;

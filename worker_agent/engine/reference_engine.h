@@ -79,6 +79,8 @@ struct EngineArgs {
   // Fresh weights from job.engine.init_seed; otherwise the caller loads a
   // state (LoadState) before the first iteration.
   bool initialize = true;
+  // A virtual GPU's speed relative to its CPU rank (compute_pacer.h).
+  double virtual_gpu_speed = 1;
 };
 
 struct EngineBuildTiming {
