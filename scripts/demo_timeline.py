@@ -76,7 +76,12 @@ def cmd_wait(args):
                 print(f"demo: the controller reports an error: {e.get('message')}",
                       file=sys.stderr)
                 return 1
-        if args.decision is not None:
+        if args.calibration:
+            for e in events:
+                if e.get("kind") == "calibration":
+                    print(e.get("message"))
+                    return 0
+        elif args.decision is not None:
             for e in events:
                 if (e.get("kind") == "decision"
                         and args.decision in e.get("message", "")):
@@ -91,7 +96,8 @@ def cmd_wait(args):
             if it and max(int(num(e, "iteration")) for e in it) >= args.iteration:
                 return 0
         if time.time() > deadline:
-            what = (f"a decision on \"{args.decision}\"" if args.decision
+            what = ("the first fit of the corrections" if args.calibration
+                    else f"a decision on \"{args.decision}\"" if args.decision
                     is not None else f"the switch to generation {args.committed}"
                     if args.committed is not None else
                     f"iteration {args.iteration} of generation >= "
@@ -351,6 +357,8 @@ def main():
     w.add_argument("--generation", type=int, default=1)
     w.add_argument("--committed", type=int)
     w.add_argument("--decision")
+    w.add_argument("--calibration", action="store_true",
+                   help="wait for the first fit of the corrections; print it")
     w.add_argument("--timeout", type=float, default=60)
     w.add_argument("--tolerate-errors", action="store_true")
     r = sub.add_parser("report")

@@ -80,6 +80,25 @@ class GainsTest(unittest.TestCase):
         self.assertEqual(out.returncode, 1)
         self.assertIn('waiting for a decision on "join e"', out.stderr)
 
+    def test_wait_returns_the_first_fit(self):
+        events = os.path.join(self.dir.name, "events.jsonl")
+        with open(events, "w") as f:
+            f.write(json.dumps({"kind": "decision", "message": "first plan"})
+                    + "\n")
+        wait = [sys.executable, os.path.join(SCRIPTS, "demo_timeline.py"),
+                "wait", events, "--calibration", "--timeout", "0.3"]
+        out = subprocess.run(wait, capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("waiting for the first fit of the corrections",
+                      out.stderr)
+        with open(events, "a") as f:
+            f.write(json.dumps({"kind": "calibration",
+                                "message": "corrections compute_scale A6000 "
+                                           "1.130"}) + "\n")
+        out = subprocess.run(wait, capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout, "corrections compute_scale A6000 1.130\n")
+
 
 if __name__ == "__main__":
     unittest.main()
