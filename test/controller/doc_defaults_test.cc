@@ -32,12 +32,17 @@
 namespace arachne {
 namespace {
 
-// The rows of the table headed "| level | default | set by | governs |":
-// first cell (backticks removed) -> default cell.
-std::map<std::string, std::string> TimeoutTableRows() {
+struct Row {
+  std::string name;     // first cell, backticks removed
+  std::string default_;  // second cell
+};
+
+// The rows of the table headed "| level | default | set by | governs |", in
+// order (a name may stand twice, under two components).
+std::vector<Row> TimeoutTableRows() {
   std::ifstream in(std::string(ARACHNE_SOURCE_DIR) + "/docs/architecture.md");
   EXPECT_TRUE(in.good());
-  std::map<std::string, std::string> rows;
+  std::vector<Row> rows;
   bool in_table = false;
   std::string line;
   while (std::getline(in, line)) {
@@ -54,7 +59,7 @@ std::map<std::string, std::string> TimeoutTableRows() {
       continue;
     }
     first.erase(std::remove(first.begin(), first.end(), '`'), first.end());
-    rows[first] = std::string(absl::StripAsciiWhitespace(cells[2]));
+    rows.push_back({first, std::string(absl::StripAsciiWhitespace(cells[2]))});
   }
   return rows;
 }
@@ -103,101 +108,82 @@ TEST(DocDefaults, TheTimeoutTableStatesTheValuesTheCodeRunsWith) {
       controller::ResolveJob(spec, "job.yaml", *catalog, *models);
   ASSERT_TRUE(job.ok()) << job.status();
 
-  const controller::ControllerSettings controller_settings;
   const controller::JobControllerConfig controller_config;
   const agent::AgentClientConfig client;
   const agent::EngineSupervisorConfig supervisor;
   const agent::RegistrationConfig registration;
   const agent::NodeGpus node_gpus;
 
-  // Row -> the values the code runs with, in the row's order.
-  const std::map<std::string, std::vector<absl::Duration>> code = {
-      {"timeouts.lease_s", {job->membership.lease}},
-      {"timeouts.transfer_round_s", {job->transfer_round}},
-      {"timeouts.phase_s", {job->phase}},
-      {"timeouts.switch_s", {job->switch_timeout}},
-      {"join_window_s", {job->membership.join_window}},
+  // Row -> the values the code runs with, in the row's order; a name that
+  // stands twice has one entry per row, in the table's order (the agent
+  // client's call_timeout and status_timeout, then the supervisor's). An
+  // empty entry is a row known here whose default is checked elsewhere
+  // (the flags, by test/docs/doc_flag_tables_test.py) or has no number
+  // ("the phase's timeout"). A cell's words after its numbers ("10 s, at
+  // most lease_s / 2") are not compared.
+  using Values = std::vector<absl::Duration>;
+  const std::map<std::string, std::vector<Values>> code = {
+      {"timeouts.lease_s", {{job->membership.lease}}},
+      {"timeouts.transfer_round_s", {{job->transfer_round}}},
+      {"timeouts.phase_s", {{job->phase}}},
+      {"timeouts.switch_s", {{job->switch_timeout}}},
+      {"join_window_s", {{job->membership.join_window}}},
       {"flap_leaves, flap_window_s, flap_backoff_s",
-       {Count(job->membership.flap_leaves), job->membership.flap_window,
-        job->membership.flap_backoff}},
-      {"planner.budget_s", {absl::Seconds(job->planner_budget_s)}},
+       {{Count(job->membership.flap_leaves), job->membership.flap_window,
+         job->membership.flap_backoff}}},
+      {"planner.budget_s", {{absl::Seconds(job->planner_budget_s)}}},
       {"planner.retries, planner.retry_backoff_s",
-       {Count(job->planner_retries), job->planner_retry_backoff}},
-      // Three rows name --grace-s; the map keeps the last (the planner's)
-      // and the others are checked through their binaries' --help by
-      // test/docs/doc_flag_tables_test.py.
+       {{Count(job->planner_retries), job->planner_retry_backoff}}},
       {"tick, status_poll",
-       {controller_config.tick, controller_config.status_poll}},
-      {"retry_after_failure", {controller_config.retry_after_failure}},
-      {"register_check_timeout", {controller_config.register_check_timeout}},
-      {"refit_interval", {controller_config.refit_interval}},
-      {"call_timeout", {}},  // two rows: the agent client's and the supervisor's
-      {"status_timeout", {}},
-      {"phase_deadline_margin", {client.phase_deadline_margin}},
-      {"phase timeout_s = 0", {agent::kDefaultPhaseTimeout}},
-      {"round_timeout_s = 0", {}},  // "the phase's timeout": no number
-      {"collective_timeout", {node_gpus.collective_timeout}},
+       {{controller_config.tick, controller_config.status_poll}}},
+      {"retry_after_failure", {{controller_config.retry_after_failure}}},
+      {"register_check_timeout", {{controller_config.register_check_timeout}}},
+      {"refit_interval", {{controller_config.refit_interval}}},
+      {"call_timeout", {{client.call_timeout}, {supervisor.call_timeout}}},
+      {"status_timeout",
+       {{client.status_timeout}, {supervisor.status_timeout}}},
+      {"phase_deadline_margin", {{client.phase_deadline_margin}}},
+      {"phase timeout_s = 0", {{agent::kDefaultPhaseTimeout}}},
+      {"round_timeout_s = 0", {{}}},
+      {"collective_timeout", {{node_gpus.collective_timeout}}},
       {"registration back-off",
-       {registration.initial_backoff, registration.max_backoff}},
-      {"start_timeout", {supervisor.start_timeout}},
-      {"hang_timeout", {supervisor.hang_timeout}},
-      {"phase_margin", {supervisor.phase_margin}},
-      {"stop_grace", {supervisor.stop_grace}},
-      {"--grace-s", {}},
-      {"--default-budget-s", {}},
-      {"--max-budget-s", {}},
+       {{registration.initial_backoff, registration.max_backoff}}},
+      {"start_timeout", {{supervisor.start_timeout}}},
+      {"hang_timeout", {{supervisor.hang_timeout}}},
+      {"phase_margin", {{supervisor.phase_margin}}},
+      {"stop_grace", {{supervisor.stop_grace}}},
+      {"--grace-s", {{}, {}, {}}},
+      {"--default-budget-s", {{}}},
+      {"--max-budget-s", {{}}},
   };
-  (void)controller_settings;
 
-  const std::map<std::string, std::string> rows = TimeoutTableRows();
+  const std::vector<Row> rows = TimeoutTableRows();
   ASSERT_GE(rows.size(), 20u) << "the timeout table was not found";
-  for (const auto& [name, values] : code) {
-    EXPECT_TRUE(rows.contains(name))
-        << "docs/architecture.md's timeout table has no row " << name;
-  }
-  for (const auto& [name, cell] : rows) {
-    auto it = code.find(name);
+  std::map<std::string, size_t> seen;  // rows of each name so far
+  for (const Row& row : rows) {
+    auto it = code.find(row.name);
     if (it == code.end()) {
-      ADD_FAILURE() << "docs/architecture.md: row \"" << name << "\" ("
-                    << cell << ") is not checked against the code here";
+      ADD_FAILURE() << "docs/architecture.md: row \"" << row.name << "\" ("
+                    << row.default_ << ") is not checked against the code here";
       continue;
     }
-    if (it->second.empty()) continue;
-    EXPECT_EQ(ParseDefaults(cell), it->second)
-        << "docs/architecture.md: row \"" << name << "\" states \"" << cell
-        << "\"";
-  }
-}
-
-// The rows named twice (the agent client's and the engine supervisor's
-// call_timeout and status_timeout) are in the table in that order.
-TEST(DocDefaults, TheTwoCallAndStatusTimeoutsAreTheClientsThenTheSupervisors) {
-  std::ifstream in(std::string(ARACHNE_SOURCE_DIR) + "/docs/architecture.md");
-  ASSERT_TRUE(in.good());
-  std::vector<std::string> calls, statuses;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "| `call_timeout` |")) calls.push_back(line);
-    if (absl::StartsWith(line, "| `status_timeout` |")) {
-      statuses.push_back(line);
+    const size_t n = seen[row.name]++;
+    if (n >= it->second.size()) {
+      ADD_FAILURE() << "docs/architecture.md: row \"" << row.name
+                    << "\" stands more often than the " << it->second.size()
+                    << " known here";
+      continue;
     }
+    const Values& values = it->second[n];
+    if (values.empty()) continue;
+    EXPECT_EQ(ParseDefaults(row.default_), values) << "docs/architecture.md: row \"" << row.name
+                              << "\" states \"" << row.default_ << "\"";
   }
-  ASSERT_EQ(calls.size(), 2u);
-  ASSERT_EQ(statuses.size(), 2u);
-  auto cell = [](const std::string& row) {
-    std::vector<std::string> cells = absl::StrSplit(row, '|');
-    return cells[2];
-  };
-  const agent::AgentClientConfig client;
-  const agent::EngineSupervisorConfig supervisor;
-  EXPECT_EQ(ParseDefaults(cell(calls[0])),
-            std::vector<absl::Duration>{client.call_timeout});
-  EXPECT_EQ(ParseDefaults(cell(calls[1])),
-            std::vector<absl::Duration>{supervisor.call_timeout});
-  // "10 s, at most lease_s / 2": the number, then a rule without one.
-  EXPECT_EQ(ParseDefaults(cell(statuses[0])).front(), client.status_timeout);
-  EXPECT_EQ(ParseDefaults(cell(statuses[1])),
-            std::vector<absl::Duration>{supervisor.status_timeout});
+  for (const auto& [name, values] : code) {
+    EXPECT_EQ(seen[name], values.size())
+        << "docs/architecture.md's timeout table: row " << name
+        << " stands " << seen[name] << " times, expected " << values.size();
+  }
 }
 
 }  // namespace
