@@ -65,6 +65,14 @@ struct TransportConfig {
   // NCCL: kHost stages host buffers through device memory; kDevice takes
   // device pointers as they are.
   MemoryKind memory = MemoryKind::kHost;
+  // NCCL with kHost: the size of the one pinned host buffer and the one
+  // device buffer a round is staged through (each allocated once, at
+  // connect). A round larger than that runs as several NCCL groups, each
+  // staging at most this many bytes (migration/nccl/staged_round.h has the
+  // rule). Must be in [4 KiB, 64 GiB] and at least 512 * world_size bytes
+  // (InvalidArgument otherwise), and the same on every rank (checked at
+  // connect: FailedPrecondition). Unused by Gloo and by NCCL with kDevice.
+  size_t staging_bytes = size_t{64} << 20;
 };
 
 class TransportFactory {
