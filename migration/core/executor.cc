@@ -9,50 +9,32 @@
 
 namespace arachne::migration {
 
-uint64_t Checksum(const void* data, size_t bytes) {
-  // FNV-1a over 8-byte words in four independent lanes (32 bytes a step),
-  // folded together, then a final avalanche: sensitive to every byte and
-  // its position. One lane was a serial multiply chain at ~4 GB/s, which
-  // both ends of every transfer paid (bench/results/reconfig.md); four
-  // lanes keep the multiplier busy.
-  constexpr uint64_t kPrime = 0x100000001b3ull;
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint64_t lane[4];
-  for (int l = 0; l < 4; ++l) {
-    lane[l] = (0xcbf29ce484222325ull ^ bytes) + 0x9e3779b97f4a7c15ull * l;
-  }
-  size_t i = 0;
-  for (; i + 32 <= bytes; i += 32) {
-    for (int l = 0; l < 4; ++l) {
-      uint64_t w;
-      std::memcpy(&w, p + i + 8 * l, 8);
-      lane[l] = (lane[l] ^ w) * kPrime;
-      lane[l] ^= lane[l] >> 29;
-    }
-  }
-  uint64_t h = lane[0];
-  for (int l = 1; l < 4; ++l) {
-    h = (h ^ lane[l]) * kPrime;
-    h ^= h >> 29;
-  }
-  for (; i + 8 <= bytes; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * kPrime;
-    h ^= h >> 29;
-  }
-  for (; i < bytes; ++i) h = (h ^ p[i]) * kPrime;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  return h;
-}
-
 ShardSet::ShardSet(std::vector<Holding> holdings)
     : holdings_(std::move(holdings)) {
   std::sort(holdings_.begin(), holdings_.end(),
             [](const Holding& a, const Holding& b) { return a.tensor < b.tensor; });
-  for (const Holding& h : holdings_) data_.emplace_back(h.range.size(), 0);
+  for (const Holding& h : holdings_) {
+    owned_.emplace_back(h.range.size(), 0);
+    data_.push_back(owned_.back().data());
+  }
+}
+
+ShardSet ShardSet::View(std::vector<Holding> holdings,
+                        std::vector<uint8_t*> data) {
+  CHECK_EQ(holdings.size(), data.size());
+  std::vector<int> order(holdings.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return holdings[a].tensor < holdings[b].tensor;
+  });
+  ShardSet set;
+  for (int i : order) {
+    CHECK(data[i] != nullptr || holdings[i].range.empty())
+        << "no buffer for tensor " << holdings[i].tensor;
+    set.holdings_.push_back(holdings[i]);
+    set.data_.push_back(data[i]);
+  }
+  return set;
 }
 
 int ShardSet::IndexOf(int tensor, const ByteRange& range) const {
@@ -67,7 +49,7 @@ int ShardSet::IndexOf(int tensor, const ByteRange& range) const {
 uint8_t* ShardSet::Find(int tensor, const ByteRange& range) {
   const int i = IndexOf(tensor, range);
   return i < 0 ? nullptr
-               : data_[i].data() + (range.begin - holdings_[i].range.begin);
+               : data_[i] + (range.begin - holdings_[i].range.begin);
 }
 
 const uint8_t* ShardSet::Find(int tensor, const ByteRange& range) const {
@@ -76,11 +58,15 @@ const uint8_t* ShardSet::Find(int tensor, const ByteRange& range) const {
 
 int64_t ShardSet::bytes() const {
   int64_t n = 0;
-  for (const auto& d : data_) n += static_cast<int64_t>(d.size());
+  for (const Holding& h : holdings_) n += h.range.size();
   return n;
 }
 
 namespace {
+
+const char* KindName(MemoryKind kind) {
+  return kind == MemoryKind::kHost ? "host" : "device";
+}
 
 std::string Describe(const ModelState& state, int stage, int round,
                      const Transfer& t, const TransferSegment* seg) {
@@ -93,11 +79,62 @@ std::string Describe(const ModelState& state, int stage, int round,
   return s;
 }
 
-// Wire form of a transfer: segments back to back, then a checksum each.
-// Segments this large travel as their own message, without a copy.
+// Segments this large travel as their own message, without a copy; the
+// smaller ones are packed.
 constexpr size_t kDirectSegmentBytes = size_t{256} << 10;
 
+// How one transfer goes on the wire: its large segments (indices into
+// Transfer::segments) as messages of their own, its small ones in packs of
+// at most `pack_bytes`, in segment order. Sub-round k carries pack k (and
+// sub-round 0 the large segments and the checksums).
+struct WirePlan {
+  std::vector<int> direct;
+  std::vector<std::vector<int>> pack;
+  int packs() const { return std::max<int>(1, static_cast<int>(pack.size())); }
+};
+
+WirePlan PlanWire(const Transfer& t, size_t pack_bytes) {
+  CHECK_GE(pack_bytes, kDirectSegmentBytes);
+  WirePlan w;
+  size_t in_pack = 0;
+  for (int k = 0; k < static_cast<int>(t.segments.size()); ++k) {
+    const size_t n = static_cast<size_t>(t.segments[k].range.size());
+    if (n >= kDirectSegmentBytes) {
+      w.direct.push_back(k);
+      continue;
+    }
+    if (w.pack.empty() || in_pack + n > pack_bytes) {
+      w.pack.emplace_back();
+      in_pack = 0;
+    }
+    w.pack.back().push_back(k);
+    in_pack += n;
+  }
+  return w;
+}
+
 }  // namespace
+
+int64_t StagingBytesNeeded(const MigrationSchedule& schedule, int rank,
+                           int64_t staging_bytes) {
+  const size_t half = static_cast<size_t>(staging_bytes / 2);
+  int64_t send = 0, recv = 0;
+  for (int stage : {1, 2}) {
+    for (const Round& round : schedule.stage(stage)) {
+      for (const Transfer& t : round.transfers) {
+        if (t.sender != rank && t.receiver != rank) continue;
+        int64_t& most = t.sender == rank ? send : recv;
+        const Transfer& tr = t;
+        for (const std::vector<int>& pack : PlanWire(tr, half).pack) {
+          int64_t n = 0;
+          for (int k : pack) n += tr.segments[k].range.size();
+          most = std::max(most, n);
+        }
+      }
+    }
+  }
+  return send + recv;
+}
 
 absl::Status ExecuteMigration(const ModelState& state, const StateDiff& diff,
                               const MigrationSchedule& schedule,
@@ -112,7 +149,15 @@ absl::Status ExecuteMigration(const ModelState& state, const StateDiff& diff,
       << "new_state must be built from diff.required[rank]";
   CHECK(options.only_stage >= 0 && options.only_stage <= 2)
       << options.only_stage;
+  CHECK_GE(options.staging_bytes, ExecutorOptions::kMinStagingBytes);
   *report = ExecutionReport{};
+  StateMemory& memory = options.memory ? *options.memory : HostMemory();
+  if (memory.kind() != transport->memory()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", me, ": the state is in ", KindName(memory.kind()),
+        " memory but the '", transport->name(), "' transport takes ",
+        KindName(transport->memory()), " memory"));
+  }
 
   for (const Holding& k : options.only_stage == 2
                               ? std::vector<Holding>{}
@@ -126,11 +171,22 @@ absl::Status ExecuteMigration(const ModelState& state, const StateDiff& diff,
     }
     uint8_t* to = new_state->Find(k.tensor, k.range);
     CHECK(to != nullptr);
-    std::memcpy(to, from, static_cast<size_t>(k.range.size()));
+    if (to == from) {
+      report->bytes_shared += k.range.size();
+    } else if (absl::Status c = memory.Copy(
+                   to, from, static_cast<size_t>(k.range.size()));
+               !c.ok()) {
+      return absl::Status(
+          c.code(), absl::StrCat("rank ", me, " copying the bytes it keeps of "
+                                 "tensor '", state.tensor(k.tensor).name,
+                                 "': ", c.message()));
+    }
     report->bytes_kept += k.range.size();
   }
 
-  std::vector<uint8_t> send_buf, recv_buf;
+  Staging own_staging;
+  Staging& staging = options.staging ? *options.staging : own_staging;
+  const size_t half = static_cast<size_t>(options.staging_bytes / 2);
   for (int stage : {1, 2}) {
     if (options.only_stage != 0 && stage != options.only_stage) continue;
     StageReport& sr = stage == 1 ? report->stage1 : report->stage2;
@@ -148,91 +204,194 @@ absl::Status ExecuteMigration(const ModelState& state, const StateDiff& diff,
         report->failed = FailedTransfer{stage, ri, t};
         return s;
       };
-      // On the wire, per transfer: every segment of at least
-      // kDirectSegmentBytes as its own op, straight from the old state and
-      // into the new (no copy); the smaller ones packed into one op; then
-      // one op of per-segment checksums. Both ends derive the same ops from
-      // the same transfer. The packing copies were a third of a large
-      // migration's time (bench/results/reconfig.md).
-      std::vector<SendOp> sends;
-      std::vector<RecvOp> recvs;
-      std::vector<uint64_t> send_sums, recv_sums;
       if (out != nullptr) {
-        send_buf.clear();
-        std::vector<SendOp> direct;
         for (const TransferSegment& seg : out->segments) {
-          const uint8_t* from = old_state.Find(seg.tensor, seg.range);
-          if (from == nullptr) {
+          if (old_state.Find(seg.tensor, seg.range) == nullptr) {
             return fail(*out, absl::FailedPreconditionError(absl::StrCat(
                 Describe(state, stage, ri, *out, &seg),
                 ": the sender's old state does not hold these bytes")));
           }
-          const size_t n = static_cast<size_t>(seg.range.size());
-          send_sums.push_back(Checksum(from, n));
-          if (n >= kDirectSegmentBytes) {
-            direct.push_back({out->receiver, from, n});
-          } else {
-            send_buf.insert(send_buf.end(), from, from + n);
+        }
+      }
+      const WirePlan send_plan = out ? PlanWire(*out, half) : WirePlan{};
+      const WirePlan recv_plan = in ? PlanWire(*in, half) : WirePlan{};
+      // Sub-round 0 carries every large segment, straight from the old state
+      // into the new (no copy), the per-segment checksums and the first
+      // pack of small segments; each further pack has a sub-round of its
+      // own, so the staging memory never exceeds one pack each way. Both
+      // ends derive the same wire plan from the same transfer. The packing
+      // copies were a third of a large migration's time when every segment
+      // was packed (bench/results/reconfig.md).
+      // The checksums travel in the state's memory (a device transport
+      // takes device buffers only), computed and read on the host.
+      std::vector<uint64_t> send_sums, recv_sums;
+      if (out != nullptr) {
+        for (const TransferSegment& seg : out->segments) {
+          absl::StatusOr<uint64_t> sum =
+              memory.Checksum(old_state.Find(seg.tensor, seg.range),
+                              static_cast<size_t>(seg.range.size()));
+          if (!sum.ok()) {
+            return fail(*out, absl::Status(
+                                  sum.status().code(),
+                                  absl::StrCat(Describe(state, stage, ri, *out,
+                                                        &seg),
+                                               ": ", sum.status().message())));
           }
+          send_sums.push_back(*sum);
         }
-        sends = std::move(direct);
-        if (!send_buf.empty()) {
-          sends.push_back({out->receiver, send_buf.data(), send_buf.size()});
+        const size_t n = 8 * send_sums.size();
+        if (absl::Status r = staging.send_sums.Reserve(memory, n); !r.ok()) {
+          return fail(*out, r);
         }
-        sends.push_back({out->receiver, send_sums.data(), 8 * send_sums.size()});
+        if (absl::Status c = memory.FromHost(staging.send_sums.data(),
+                                             send_sums.data(), n);
+            !c.ok()) {
+          return fail(*out, c);
+        }
       }
       if (in != nullptr) {
-        size_t packed = 0;
-        for (const TransferSegment& seg : in->segments) {
-          const size_t n = static_cast<size_t>(seg.range.size());
-          uint8_t* to = new_state->Find(seg.tensor, seg.range);
-          CHECK(to != nullptr) << "schedule sends bytes the rank does not need";
-          if (n >= kDirectSegmentBytes) {
-            recvs.push_back({in->sender, to, n});
-          } else {
-            packed += n;
-          }
-        }
-        recv_buf.resize(packed);
-        if (packed > 0) recvs.push_back({in->sender, recv_buf.data(), packed});
         recv_sums.resize(in->segments.size());
-        recvs.push_back({in->sender, recv_sums.data(), 8 * recv_sums.size()});
+        if (absl::Status r =
+                staging.recv_sums.Reserve(memory, 8 * recv_sums.size());
+            !r.ok()) {
+          return fail(*in, r);
+        }
       }
-      const uint64_t tag = (static_cast<uint64_t>(stage) << 32) | ri;
-      if (absl::Status s =
-              transport->RunRound(tag, sends, recvs, options.round_timeout);
-          !s.ok()) {
-        const Transfer& t = in != nullptr ? *in : *out;
-        return fail(t, absl::Status(
-                           s.code(),
-                           absl::StrCat(Describe(state, stage, ri, t, nullptr),
-                                        ": ", s.message())));
-      }
-      ++sr.rounds;
-      if (out != nullptr) sr.bytes_sent += out->bytes;
-      if (in != nullptr) {
-        // Verify every segment where it landed; a direct segment already
-        // sits in the new state, which the caller drops on any error.
-        size_t off = 0;
-        for (size_t k = 0; k < in->segments.size(); ++k) {
+      const int subs = std::max(send_plan.packs(), recv_plan.packs());
+      for (int sub = 0; sub < subs; ++sub) {
+        std::vector<SendOp> sends;
+        std::vector<RecvOp> recvs;
+        if (out != nullptr && sub < send_plan.packs()) {
+          if (sub == 0) {
+            for (int k : send_plan.direct) {
+              const TransferSegment& seg = out->segments[k];
+              sends.push_back({out->receiver,
+                               old_state.Find(seg.tensor, seg.range),
+                               static_cast<size_t>(seg.range.size())});
+            }
+          }
+          if (sub < static_cast<int>(send_plan.pack.size()) &&
+              !send_plan.pack[sub].empty()) {
+            size_t n = 0;
+            for (int k : send_plan.pack[sub]) n += out->segments[k].range.size();
+            if (absl::Status r = staging.send.Reserve(memory, n); !r.ok()) {
+              return fail(*out, r);
+            }
+            uint8_t* at = staging.send.data();
+            for (int k : send_plan.pack[sub]) {
+              const TransferSegment& seg = out->segments[k];
+              const size_t b = static_cast<size_t>(seg.range.size());
+              if (absl::Status c =
+                      memory.Copy(at, old_state.Find(seg.tensor, seg.range), b);
+                  !c.ok()) {
+                return fail(*out, c);
+              }
+              at += b;
+            }
+            sends.push_back({out->receiver, staging.send.data(), n});
+          }
+          if (sub == 0) {
+            sends.push_back({out->receiver, staging.send_sums.data(),
+                             8 * send_sums.size()});
+          }
+        }
+        size_t packed_in = 0;
+        if (in != nullptr && sub < recv_plan.packs()) {
+          if (sub == 0) {
+            for (int k : recv_plan.direct) {
+              const TransferSegment& seg = in->segments[k];
+              uint8_t* to = new_state->Find(seg.tensor, seg.range);
+              CHECK(to != nullptr)
+                  << "schedule sends bytes the rank does not need";
+              recvs.push_back({in->sender, to,
+                               static_cast<size_t>(seg.range.size())});
+            }
+          }
+          if (sub < static_cast<int>(recv_plan.pack.size())) {
+            for (int k : recv_plan.pack[sub]) {
+              packed_in += in->segments[k].range.size();
+            }
+          }
+          if (packed_in > 0) {
+            if (absl::Status r = staging.recv.Reserve(memory, packed_in);
+                !r.ok()) {
+              return fail(*in, r);
+            }
+            recvs.push_back({in->sender, staging.recv.data(), packed_in});
+          }
+          if (sub == 0) {
+            recvs.push_back({in->sender, staging.recv_sums.data(),
+                             8 * recv_sums.size()});
+          }
+        }
+        report->staging_peak = std::max<int64_t>(
+            report->staging_peak, staging.send.size() + staging.recv.size());
+        const uint64_t tag = (static_cast<uint64_t>(stage) << 36) |
+                             (static_cast<uint64_t>(sub) << 20) |
+                             static_cast<uint64_t>(ri);
+        if (absl::Status s =
+                transport->RunRound(tag, sends, recvs, options.round_timeout);
+            !s.ok()) {
+          const Transfer& t = in != nullptr ? *in : *out;
+          return fail(t, absl::Status(
+                             s.code(),
+                             absl::StrCat(Describe(state, stage, ri, t, nullptr),
+                                          ": ", s.message())));
+        }
+        if (packed_in == 0 && !(in != nullptr && sub == 0)) continue;
+        if (sub == 0) {
+          if (absl::Status c =
+                  memory.ToHost(recv_sums.data(), staging.recv_sums.data(),
+                                8 * recv_sums.size());
+              !c.ok()) {
+            return fail(*in, c);
+          }
+        }
+        // Verify every segment where it landed: a large one already sits in
+        // the new state (which the caller drops on any error), a packed one
+        // in the staging buffer before it is copied into place.
+        std::vector<std::pair<int, const uint8_t*>> check;
+        if (sub == 0) {
+          for (int k : recv_plan.direct) {
+            const TransferSegment& seg = in->segments[k];
+            check.push_back({k, new_state->Find(seg.tensor, seg.range)});
+          }
+        }
+        const uint8_t* at = staging.recv.data();
+        if (sub < static_cast<int>(recv_plan.pack.size())) {
+          for (int k : recv_plan.pack[sub]) {
+            check.push_back({k, at});
+            at += in->segments[k].range.size();
+          }
+        }
+        for (const auto& [k, got] : check) {
           const TransferSegment& seg = in->segments[k];
           const size_t n = static_cast<size_t>(seg.range.size());
-          uint8_t* to = new_state->Find(seg.tensor, seg.range);
-          const uint8_t* got = to;
-          if (n < kDirectSegmentBytes) {
-            got = recv_buf.data() + off;
-            off += n;
+          absl::StatusOr<uint64_t> sum = memory.Checksum(got, n);
+          if (!sum.ok()) {
+            return fail(*in, absl::Status(
+                                 sum.status().code(),
+                                 absl::StrCat(Describe(state, stage, ri, *in,
+                                                       &seg),
+                                              ": ", sum.status().message())));
           }
-          if (Checksum(got, n) != recv_sums[k]) {
+          if (*sum != recv_sums[k]) {
             return fail(*in, absl::DataLossError(absl::StrCat(
                 Describe(state, stage, ri, *in, &seg),
                 ": checksum of the received bytes differs from the "
                 "sender's")));
           }
-          if (got != to) std::memcpy(to, got, n);
+          uint8_t* to = new_state->Find(seg.tensor, seg.range);
+          if (got != to) {
+            if (absl::Status c = memory.Copy(to, got, n); !c.ok()) {
+              return fail(*in, c);
+            }
+          }
         }
-        sr.bytes_received += in->bytes;
       }
+      ++sr.rounds;
+      if (out != nullptr) sr.bytes_sent += out->bytes;
+      if (in != nullptr) sr.bytes_received += in->bytes;
     }
     sr.seconds = absl::ToDoubleSeconds(clock.Now() - start);
   }

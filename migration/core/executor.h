@@ -21,24 +21,35 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "migration/core/checksum.h"
 #include "migration/core/diff.h"
 #include "migration/core/schedule.h"
 #include "migration/core/state_layout.h"
+#include "migration/core/state_memory.h"
 #include "migration/core/transport.h"
 #include "planner_service/core/planners/planner.h"
 
 namespace arachne::migration {
 
-// 64-bit checksum of a byte range (not cryptographic: it catches corruption
-// and misrouted bytes).
-uint64_t Checksum(const void* data, size_t bytes);
-
-// The shards one GPU holds, in host memory: one buffer per holding.
+// The shards one GPU holds: one buffer per holding, either owned by the set
+// (zero-filled host memory) or a view of someone else's (an engine's own
+// tensors, in canonical byte order, in host or device memory), so a
+// migration reads the old engine's state and writes the new engine's where
+// they live, with no copy of either.
 class ShardSet {
  public:
-  // Zero-filled buffers for `holdings` (at most one per tensor).
+  // Owned zero-filled buffers for `holdings` (at most one per tensor).
   explicit ShardSet(std::vector<Holding> holdings);
+  // A view: data[i] holds holdings[i]'s bytes and must outlive the set.
+  static ShardSet View(std::vector<Holding> holdings,
+                       std::vector<uint8_t*> data);
   ShardSet() = default;
+  // Moves keep the buffers where they are (a view stays a view); no copies,
+  // so a view is never mistaken for the bytes it shows.
+  ShardSet(ShardSet&&) = default;
+  ShardSet& operator=(ShardSet&&) = default;
+  ShardSet(const ShardSet&) = delete;
+  ShardSet& operator=(const ShardSet&) = delete;
 
   const std::vector<Holding>& holdings() const { return holdings_; }
   // Bytes [range.begin, range.end) of `tensor` (canonical offsets) or
@@ -50,7 +61,8 @@ class ShardSet {
  private:
   int IndexOf(int tensor, const ByteRange& range) const;
   std::vector<Holding> holdings_;  // sorted by tensor
-  std::vector<std::vector<uint8_t>> data_;
+  std::vector<uint8_t*> data_;     // per holding
+  std::vector<std::vector<uint8_t>> owned_;  // empty for a view
 };
 
 struct StageReport {
@@ -75,7 +87,20 @@ struct ExecutionReport {
   StageReport stage1;
   StageReport stage2;
   int64_t bytes_kept = 0;
+  // Of bytes_kept, those the new state shares with the old (the same
+  // buffer: an engine that kept a whole tensor), so nothing was copied.
+  int64_t bytes_shared = 0;
+  // The most staging memory the transfers used at once (packed small
+  // segments, both directions), bytes: at most ExecutorOptions::staging_bytes.
+  int64_t staging_peak = 0;
   std::optional<FailedTransfer> failed;
+};
+
+// Staging memory an ExecuteMigration caller keeps between switches, in the
+// state's memory: the packs of small segments each way and the checksum
+// messages.
+struct Staging {
+  StagingBuffer send, recv, send_sums, recv_sums;
 };
 
 struct ExecutorOptions {
@@ -85,15 +110,40 @@ struct ExecutorOptions {
   // the live switch does). The report covers what ran.
   int only_stage = 0;
   const Clock* clock = nullptr;  // nullptr: real time
+  // The most host memory a rank's packed small segments may take at once,
+  // half for sending and half for receiving; a transfer whose small
+  // segments need more is sent in several sub-rounds. Large segments go
+  // straight from the old state into the new and need none.
+  int64_t staging_bytes = kDefaultStagingBytes;
+  static constexpr int64_t kDefaultStagingBytes = int64_t{256} << 20;
+  static constexpr int64_t kMinStagingBytes = int64_t{1} << 20;
+  // Where the staging memory lives: kept by the caller across switches, so
+  // it is allocated once, not per transfer; nullptr uses buffers of this
+  // call's own.
+  Staging* staging = nullptr;
+  // The memory both states live in; nullptr: HostMemory(). It must be the
+  // memory the transport takes (Transport::memory()).
+  StateMemory* memory = nullptr;
 };
+
+
+// The staging memory ExecuteMigration allocates for rank `rank`'s part of
+// `schedule` with `staging_bytes` (ExecutorOptions), bytes: the largest pack
+// it sends plus the largest it receives. At most staging_bytes.
+int64_t StagingBytesNeeded(const MigrationSchedule& schedule, int rank,
+                           int64_t staging_bytes);
 
 // Runs rank `transport->rank()`'s part of `schedule` (built from `diff`).
 // `old_state` is what this rank held under the old plan (empty for a GPU
-// that joins); `new_state` must hold exactly diff.required[rank]. Errors
+// that joins); `new_state` must hold exactly diff.required[rank]. Kept bytes
+// are copied from the old state into the new one, except where both are the
+// same buffer (a view of a tensor the new engine shares with the old). Errors
 // name the stage, round, peer, tensor and byte range: the transport's error
 // for a failed or timed-out round, DataLoss when a received segment's
 // checksum differs from the sender's, FailedPrecondition when this rank's
-// old state lacks bytes the schedule says it sends. On error
+// old state lacks bytes the schedule says it sends or the state's memory is
+// not the transport's, the memory's error when a copy or checksum there
+// fails. On error
 // `report->failed` names the transfer and `old_state` is unchanged.
 absl::Status ExecuteMigration(const ModelState& state, const StateDiff& diff,
                               const MigrationSchedule& schedule,

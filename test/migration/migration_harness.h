@@ -25,6 +25,7 @@
 #include "planner_service/core/model/gpu_catalog.h"
 #include "planner_service/core/model/plan.h"
 #include "test/migration/forked_ranks.h"
+#include "test/migration/guarded_memory.h"
 
 namespace arachne::migration::testing {
 
@@ -118,8 +119,22 @@ struct RankHooks {
                              const ShardSet& new_state)>
       check;
   absl::Duration round_timeout = absl::Seconds(20);
+  int64_t staging_bytes = ExecutorOptions::kDefaultStagingBytes;
+  // The new state shares the old state's buffer for every holding both have
+  // whole (as an engine shares the tensors it keeps), instead of owning one.
+  bool share_kept = false;
   // Ranks that connect but take no part (to provoke timeouts).
   std::vector<int> idle_ranks;
+  // Both states in a GuardedMemory (device memory stood in for on a CPU)
+  // and the transport wrapped to take it; `check_memory` then sees what the
+  // executor did there.
+  bool guarded_memory = false;
+  // false leaves the host transport unwrapped (a state and a transport in
+  // different memories).
+  bool wrap_guarded = true;
+  std::function<absl::Status(int rank, const GuardedMemory&,
+                             const ExecutionReport&)>
+      check_memory;
 };
 
 // Runs `c` on `factory` over forked ranks; the Status of every rank.
@@ -143,7 +158,22 @@ inline std::vector<absl::Status> RunMigration(
     ShardSet old_state(lost ? std::vector<Holding>{}
                             : HoldingsOf(*old_layout, world.gpu(rank)));
     FillReference(old_state);
-    ShardSet new_state(diff->required[rank]);
+    ShardSet fresh, new_state;
+    if (hooks.share_kept) {
+      std::vector<Holding> rest;
+      for (const Holding& h : diff->required[rank]) {
+        if (old_state.Find(h.tensor, h.range) == nullptr) rest.push_back(h);
+      }
+      fresh = ShardSet(rest);
+      std::vector<uint8_t*> data;
+      for (const Holding& h : diff->required[rank]) {
+        uint8_t* mine = old_state.Find(h.tensor, h.range);
+        data.push_back(mine ? mine : fresh.Find(h.tensor, h.range));
+      }
+      new_state = ShardSet::View(diff->required[rank], std::move(data));
+    } else {
+      new_state = ShardSet(diff->required[rank]);
+    }
     FileRendezvousStore store(dir);
     auto transport = factory->Create(
         {.rank = rank, .world_size = world.size(), .store_prefix = "m"},
@@ -170,23 +200,53 @@ inline std::vector<absl::Status> RunMigration(
       return absl::OkStatus();
     }
     ExecutionReport report;
-    const absl::Status run =
-        ExecuteMigration(*state, *diff, schedule, old_state, t.get(),
-                         &new_state, &report,
-                         {.round_timeout = hooks.round_timeout});
+    ExecutorOptions options{.round_timeout = hooks.round_timeout,
+                            .staging_bytes = hooks.staging_bytes};
+    ShardSet* old_p = &old_state;
+    ShardSet* new_p = &new_state;
+    std::unique_ptr<GuardedMemory> guarded;
+    ShardSet guarded_old, guarded_new;
+    if (hooks.guarded_memory) {
+      guarded = std::make_unique<GuardedMemory>(
+          2 * static_cast<size_t>(old_state.bytes() + new_state.bytes()) +
+          static_cast<size_t>(hooks.staging_bytes) + (size_t{1} << 20));
+      guarded_old = guarded->State(old_state.holdings());
+      guarded_new = guarded->State(new_state.holdings());
+      guarded->Open();
+      for (const Holding& h : old_state.holdings()) {
+        std::memcpy(guarded_old.Find(h.tensor, h.range),
+                    old_state.Find(h.tensor, h.range),
+                    static_cast<size_t>(h.range.size()));
+      }
+      guarded->Close();
+      if (hooks.wrap_guarded) {
+        t = std::make_unique<GuardedTransport>(std::move(t), guarded.get());
+      }
+      options.memory = guarded.get();
+      old_p = &guarded_old;
+      new_p = &guarded_new;
+    }
+    const absl::Status run = ExecuteMigration(*state, *diff, schedule, *old_p,
+                                              t.get(), new_p, &report, options);
+    if (guarded) guarded->Open();  // the checks below read the states
     if (!hooks.idle_ranks.empty()) {
       (void)store.Set(absl::StrCat("m/finished/", rank), "1");
     }
+    if (hooks.check_memory && run.ok()) {
+      if (absl::Status s = hooks.check_memory(rank, *guarded, report); !s.ok()) {
+        return s;
+      }
+    }
     if (hooks.check) {
-      return hooks.check(rank, run, report, old_state, new_state);
+      return hooks.check(rank, run, report, *old_p, *new_p);
     }
     if (!run.ok()) return run;
     if (report.stage1.bytes_received + report.stage2.bytes_received +
             report.bytes_kept !=
-        new_state.bytes()) {
+        new_p->bytes()) {
       return absl::InternalError("received + kept != required bytes");
     }
-    return CheckReference(*state, new_state);
+    return CheckReference(*state, *new_p);
   });
 }
 

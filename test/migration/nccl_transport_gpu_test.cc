@@ -11,6 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "migration/core/checksum.h"
+#include "migration/nccl/cuda_state_memory.h"
 #include "migration/nccl/nccl_transport.h"
 
 namespace arachne::migration::testing {
@@ -328,6 +330,59 @@ TEST_F(NcclTransportTest, TwoRanksStageUnevenRoundsThroughASmallBuffer) {
     return absl::OkStatus();
   }, absl::Seconds(120));
   for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << s;
+}
+
+// A bad checksum chunk is refused before CUDA is asked anything.
+TEST(CudaStateMemoryTest, AChunkOutsideTheRangeIsRefused) {
+  for (size_t chunk : {size_t{1024}, (size_t{8} << 20) + 1, size_t{2} << 30}) {
+    auto m = MakeCudaStateMemory(0, chunk);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << chunk;
+    EXPECT_TRUE(absl::StrContains(m.status().message(),
+                                  absl::StrCat("checksum_chunk_bytes ", chunk)))
+        << m.status();
+  }
+}
+
+// The device checksum (a copy back in 64 KiB chunks) is the host's value
+// for the same bytes and sees a flipped byte; copies, staging buffers and
+// host round trips land bit for bit.
+TEST_F(NcclTransportTest, CudaStateMemoryChecksumIsTheHostChecksum) {
+  auto st = RunForkedRanks(1, [&](int) -> absl::Status {
+    auto m = MakeCudaStateMemory(0, size_t{64} << 10);
+    if (!m.ok()) return m.status();
+    StateMemory& mem = **m;
+    const size_t kBytes = (size_t{1} << 20) + 7;
+    std::vector<uint8_t> host(kBytes), back(kBytes, 0);
+    for (size_t i = 0; i < kBytes; ++i) host[i] = PatternByte(1, 2, 3, 4, i);
+    auto a = mem.Allocate(kBytes);
+    auto b = mem.Allocate(kBytes);
+    if (!a.ok()) return a.status();
+    if (!b.ok()) return b.status();
+    if (absl::Status s = mem.FromHost(a->get(), host.data(), kBytes); !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<uint64_t> sum = mem.Checksum(a->get(), kBytes);
+    if (!sum.ok()) return sum.status();
+    if (*sum != Checksum(host.data(), kBytes)) {
+      return absl::DataLossError("device checksum differs from the host's");
+    }
+    if (absl::Status s = mem.Copy(b->get(), a->get(), kBytes); !s.ok()) return s;
+    if (absl::Status s = mem.ToHost(back.data(), b->get(), kBytes); !s.ok()) {
+      return s;
+    }
+    if (back != host) return absl::DataLossError("copy differs");
+    const uint8_t flipped = host[kBytes / 2] ^ 1;
+    if (absl::Status s =
+            mem.FromHost(b->get() + kBytes / 2, &flipped, 1);
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<uint64_t> other = mem.Checksum(b->get(), kBytes);
+    if (!other.ok()) return other.status();
+    return *other != *sum ? absl::OkStatus()
+                          : absl::DataLossError("a flipped byte went unseen");
+  });
+  EXPECT_TRUE(st[0].ok()) << st[0];
 }
 
 }  // namespace
