@@ -462,6 +462,8 @@ v1::StatusResponse NodeStatusToProto(const NodeStatus& s, const NodeGpus& gpus,
     o->set_lost(r.lost);
     o->set_engine_pid(r.engine_pid);
     o->set_device(r.device);
+    o->set_switch_start_rss_bytes(r.switch_start_rss_bytes);
+    o->set_switch_peak_rss_bytes(r.switch_peak_rss_bytes);
   }
   TimingToProto(s.pause, out.mutable_pause());
   TimingToProto(s.stage1, out.mutable_stage1());
@@ -501,6 +503,8 @@ absl::StatusOr<NodeStatus> NodeStatusFromProto(const v1::StatusResponse& r) {
     rank.lost = o.lost();
     rank.engine_pid = o.engine_pid();
     rank.device = o.device();
+    rank.switch_start_rss_bytes = o.switch_start_rss_bytes();
+    rank.switch_peak_rss_bytes = o.switch_peak_rss_bytes();
     s.ranks.push_back(std::move(rank));
   }
   s.pause = TimingFromProto(r.pause());

@@ -44,6 +44,10 @@ struct NodeGpus {
   // process). `count` is the node's GPU count either way: clusters name
   // nodes, not single GPUs.
   int local_rank = -1;
+  // A migration's staging memory per GPU (packed small segments, both
+  // directions; migration::ExecutorOptions::staging_bytes), kept between
+  // switches.
+  int64_t staging_bytes = migration::ExecutorOptions::kDefaultStagingBytes;
   bool Owns(int index) const { return local_rank < 0 || local_rank == index; }
 };
 
@@ -104,6 +108,10 @@ struct RankStatus {
   bool lost = false;
   int64_t engine_pid = 0;  // 0 for a rank running in this process
   std::string device = "cpu";
+  // The last switch's memory, of the same process as peak_rss_bytes: its
+  // resident set when Prepare began and its peak since (0 before any).
+  int64_t switch_start_rss_bytes = 0;
+  int64_t switch_peak_rss_bytes = 0;
 };
 
 struct PhaseTiming {

@@ -1,7 +1,5 @@
 #include "worker_agent/node_runtime.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -13,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -24,18 +23,13 @@
 #include "worker_agent/checkpoint.h"
 #include "worker_agent/engine/reference_engine.h"
 #include "worker_agent/job_store.h"
+#include "worker_agent/process_memory.h"
 
 namespace arachne::agent {
 
 namespace {
 
 constexpr int64_t kForever = std::numeric_limits<int64_t>::max();
-
-int64_t PeakRssBytes() {
-  struct rusage u {};
-  getrusage(RUSAGE_SELF, &u);
-  return int64_t{u.ru_maxrss} * 1024;
-}
 
 // The failpoint "corrupt-migration-stage-N": a transport that flips the
 // first byte of the first buffer received in a round, once.
@@ -105,7 +99,7 @@ struct RankLoop {
 
 struct NodeRuntime::Impl {
   explicit Impl(const NodeGpus& g, GpuCatalog c)
-      : gpus(g), catalog(std::move(c)), loops(g.count) {}
+      : gpus(g), catalog(std::move(c)), staging(g.count), loops(g.count) {}
 
   const NodeGpus gpus;
   const GpuCatalog catalog;
@@ -132,13 +126,18 @@ struct NodeRuntime::Impl {
   migration::MigrationSchedule schedule;
   std::vector<int> world_rank;  // per local GPU, -1 if not in the new cluster
   std::vector<std::unique_ptr<migration::Transport>> transports;
-  std::vector<migration::ShardSet> old_shards, new_shards;
+  // Per local GPU: the migration's staging memory, allocated by the first
+  // switch that needs it and kept for the next (not per transfer).
+  std::vector<migration::Staging> staging;
 
   // Training of the current generation.
   std::vector<RankLoop> loops ABSL_GUARDED_BY(mu);
   int64_t run_until ABSL_GUARDED_BY(mu) = 0;
   int64_t pause_at ABSL_GUARDED_BY(mu) = 0;  // 0: no pause asked
   bool pause_requested ABSL_GUARDED_BY(mu) = false;
+
+  // This process's resident set when the last Prepare began (0: none yet).
+  int64_t switch_start_rss = 0;
 
   PhaseTiming t_pause, t_stage1, t_stage2, t_groups, t_engines, t_resume;
 
@@ -166,7 +165,73 @@ struct NodeRuntime::Impl {
                                           : nullptr;
   }
   void DropNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // ResourceExhausted naming the GPU, the bytes the switch to `gen` needs
+  // on it and the bytes free there, when they do not fit (docs/migration.md,
+  // "Admission by memory").
+  absl::Status AdmitByMemory(const GenerationState& gen,
+                             const PrepareArgs& args, bool migrate) const;
 };
+
+absl::Status NodeRuntime::Impl::AdmitByMemory(const GenerationState& gen,
+                                              const PrepareArgs& args,
+                                              bool migrate) const {
+  const GpuType& type = catalog.type(gpus.gpu_type);
+  // A virtual GPU has its type's memory; what it holds is the state of its
+  // engine (a GPU's memory holds tensors, not the process's code).
+  const int64_t capacity =
+      static_cast<int64_t>(type.memory_gib * double{1 << 30});
+  int64_t node_need = 0;
+  for (int i = 0; i < gpus.count; ++i) {
+    if (!gpus.Owns(i) || gen.plan_rank[i] < 0) continue;
+    const Engine* old = CurrentEngine(i);
+    const bool lost = std::find(args.lost.begin(), args.lost.end(),
+                                migration::GpuId{gpus.node, i}) !=
+                      args.lost.end();
+    const bool shares = migrate && !lost && old != nullptr;
+    int64_t state = 0, shared = 0;
+    for (const migration::Holding& h : gen.layout->holdings(gen.plan_rank[i])) {
+      state += h.range.size();
+      // The reference engine shares a tensor it keeps whole (EngineArgs::
+      // share_with); its scalars are copied.
+      if (shares &&
+          gen.state->tensor(h.tensor).kind != migration::StateKind::kScalars &&
+          std::find(old->holdings().begin(), old->holdings().end(), h) !=
+              old->holdings().end()) {
+        shared += h.range.size();
+      }
+    }
+    const int64_t staging =
+        migrate && world_rank[i] >= 0
+            ? migration::StagingBytesNeeded(schedule, world_rank[i],
+                                            gpus.staging_bytes)
+            : 0;
+    const int64_t need = state - shared + staging;
+    const int64_t held = old != nullptr ? old->StateBytes() : 0;
+    const int64_t free = capacity - held;
+    if (need > free) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "node %s GPU %d: the switch to generation %d needs %d bytes "
+          "(%.1f MiB: its new state of %d bytes, %d of them shared with the "
+          "state it holds, plus %d of staging) and its GPU has %d free "
+          "(%.1f MiB: %s's %.4g GiB less the %d bytes of state it holds)",
+          gpus.node, i, gen.id, need, need / 1048576.0, state, shared,
+          staging, free, free / 1048576.0, type.id, type.memory_gib, held));
+    }
+    node_need += need;
+  }
+  // Virtual GPUs live in the machine's memory: together they must fit what
+  // it has available.
+  const int64_t available = AvailableBytes();
+  if (gpus.virtual_gpus && available > 0 && node_need > available) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "node %s: the switch to generation %d needs %d bytes (%.1f MiB) on "
+        "this node's virtual GPUs together and the machine has %d available "
+        "(%.1f MiB, MemAvailable)",
+        gpus.node, gen.id, node_need, node_need / 1048576.0, available,
+        available / 1048576.0));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status NodeRuntime::Impl::CheckNode(const Cluster& cluster,
                                           absl::string_view field) const {
@@ -201,8 +266,6 @@ void NodeRuntime::Impl::DropNext() {
   diff = {};
   schedule = {};
   transports.clear();
-  old_shards.clear();
-  new_shards.clear();
   world_rank.clear();
   restore_from_checkpoint = false;
 }
@@ -307,6 +370,11 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
     // replaced: an engine changes its state only in the optimizer step,
     // after its iteration's last collective, so a rank that failed holds the
     // state of its last completed iteration.
+    //
+    // The switch's memory window starts here (RankStatus::switch_*): the
+    // peak from now on is the switch's, not that of training before it.
+    ResetWindowPeak();
+    m.switch_start_rss = ResidentBytes();
   }
   if (args.old_plan.has_value() != args.old_cluster.has_value()) {
     return absl::InvalidArgumentError(
@@ -430,6 +498,16 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
     }
   }
 
+  // Admission by memory, before anything is allocated or paused: a switch
+  // that would not fit on a GPU is refused here, and the current
+  // generation trains on (the controller aborts the switch).
+  if (absl::Status s = m.AdmitByMemory(*gen, args, migrate); !s.ok()) {
+    m.world.reset();
+    m.diff = {};
+    m.schedule = {};
+    return s;
+  }
+
   // Off the critical path, while the current generation trains: the new
   // plan's engines (process groups under "arachne/g<n>", buffers) and the
   // migration transport of the new cluster's ranks.
@@ -437,16 +515,8 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
   const bool initialize = args.generation == 1 && args.checkpoint_dir.empty();
   std::vector<EngineBuildTiming> timing(gpus_.count);
   std::vector<std::unique_ptr<migration::Transport>> transports(gpus_.count);
-  std::vector<migration::ShardSet> old_shards(gpus_.count), new_shards(gpus_.count);
   absl::Status built = ForEachParallel(gpus_.count, [&](int i) -> absl::Status {
     if (migrate && m.world_rank[i] >= 0) {
-      // The switch's buffers, allocated and first touched now: faulting in
-      // fresh pages ran at 1-2 GB/s and was most of the migration's time
-      // when it happened during the pause (bench/results/reconfig.md).
-      new_shards[i] = migration::ShardSet(m.diff.required[m.world_rank[i]]);
-      if (const Engine* old = m.CurrentEngine(i)) {
-        old_shards[i] = migration::ShardSet(old->holdings());
-      }
       absl::StatusOr<std::unique_ptr<migration::TransportFactory>> factory =
           migration::MakeTransportFactory("gloo");
       if (!factory.ok()) return factory.status();
@@ -477,6 +547,15 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
     ea.generation = args.generation;
     ea.store_address = args.store_address;
     ea.initialize = initialize;
+    // A migration writes the new engine's own tensors (allocated and first
+    // touched now, while the old plan trains: faulting in fresh pages ran at
+    // 1-2 GB/s and was most of a migration's time when it happened during
+    // the pause, bench/results/reconfig.md), and what this GPU keeps whole
+    // is shared with its old engine, not copied.
+    const bool lost = std::find(args.lost.begin(), args.lost.end(),
+                                migration::GpuId{gpus_.node, i}) !=
+                      args.lost.end();
+    if (migrate && !lost) ea.share_with = m.CurrentEngine(i);
     ea.listen_host = gpus_.host;
     ea.timeout = gpus_.collective_timeout;
     ea.virtual_gpu_speed = gpus_.virtual_gpu_speed;
@@ -502,8 +581,6 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
 
   absl::MutexLock l(&m.mu);
   m.transports = std::move(transports);
-  m.old_shards = std::move(old_shards);
-  m.new_shards = std::move(new_shards);
   m.restore_from_checkpoint = !args.checkpoint_dir.empty();
   m.checkpoint_dir = args.checkpoint_dir;
   m.next = std::move(gen);
@@ -622,13 +699,17 @@ absl::Status NodeRuntime::Migrate(int64_t generation, int stage,
   std::vector<migration::ExecutionReport> reports(gpus_.count);
   absl::Status s = ForEachParallel(gpus_.count, [&](int i) -> absl::Status {
     if (m.world_rank[i] < 0) return absl::OkStatus();
-    // Stage 1 starts by exporting the paused old engine's state (it stays
-    // intact until Commit) into the buffers Prepare allocated.
+    // Straight from the paused old engine's tensors (intact until Commit:
+    // nothing writes them) into the new engine's: no copy of either state.
     Engine* old = m.CurrentEngine(i);
-    if (stage == 1 && old != nullptr) {
-      if (absl::Status e = old->SaveState(&m.old_shards[i]); !e.ok()) return e;
-    }
+    Engine* young = m.next->engines[i].get();
+    const migration::ShardSet old_view =
+        old != nullptr ? old->StateView() : migration::ShardSet();
+    migration::ShardSet new_view =
+        young != nullptr ? young->StateView() : migration::ShardSet();
     migration::ExecutorOptions opts;
+    opts.staging_bytes = gpus_.staging_bytes;
+    opts.staging = &m.staging[i];
     opts.round_timeout =
         round_timeout > absl::ZeroDuration() ? round_timeout : timeout;
     opts.only_stage = stage;
@@ -639,8 +720,8 @@ absl::Status NodeRuntime::Migrate(int64_t generation, int stage,
       transport = corrupt.get();
     }
     return migration::ExecuteMigration(*m.next->state, m.diff, m.schedule,
-                                       m.old_shards[i], transport,
-                                       &m.new_shards[i], &reports[i], opts);
+                                       old_view, transport, &new_view,
+                                       &reports[i], opts);
   });
   PhaseTiming t{absl::ToDoubleSeconds(absl::Now() - start), 0, 0};
   for (const migration::ExecutionReport& r : reports) {
@@ -693,7 +774,7 @@ absl::Status NodeRuntime::Rebuild(int64_t generation, absl::Duration timeout) {
       return gen.engines[i]->LoadState(in);
     }
     if (m.world == nullptr) return absl::OkStatus();  // initial weights
-    return gen.engines[i]->LoadState(m.new_shards[i]);
+    return gen.engines[i]->StateWritten();  // migrated in place
   });
   if (!s.ok()) return s;
   absl::MutexLock l(&m.mu);
@@ -707,7 +788,6 @@ absl::Status NodeRuntime::Commit(int64_t generation) {
   Impl& m = *impl_;
   std::unique_ptr<GenerationState> old;
   std::vector<std::unique_ptr<migration::Transport>> transports;
-  std::vector<migration::ShardSet> old_shards, new_shards;
   {
     absl::MutexLock l(&m.mu);
     if (m.current && m.current->id == generation && m.next == nullptr) {
@@ -721,10 +801,8 @@ absl::Status NodeRuntime::Commit(int64_t generation) {
     }
     old = std::move(m.current);
     m.current = std::move(m.next);
-    // The switch's transports and buffers go with the old generation.
+    // The switch's transports go with the old generation.
     transports = std::move(m.transports);
-    old_shards = std::move(m.old_shards);
-    new_shards = std::move(m.new_shards);
     m.DropNext();
     // Every rank of a plan saw the same global loss; a node that joins has
     // none until its first iteration (0).
@@ -746,14 +824,11 @@ absl::Status NodeRuntime::Commit(int64_t generation) {
   // new generation's buffers were allocated in Prepare, so nothing waits
   // for this memory.
   if (m.reaper.joinable()) m.reaper.join();
-  m.reaper = std::thread([old = std::move(old), t = std::move(transports),
-                          o = std::move(old_shards),
-                          n = std::move(new_shards)]() mutable {
-    t.clear();
-    o.clear();
-    n.clear();
-    old.reset();
-  });
+  m.reaper = std::thread(
+      [old = std::move(old), t = std::move(transports)]() mutable {
+        t.clear();
+        old.reset();
+      });
   return absl::OkStatus();
 }
 
@@ -865,7 +940,8 @@ NodeStatus NodeRuntime::Status() const {
   st.current_generation = m.current ? m.current->id : 0;
   st.prepared_generation = m.next ? m.next->id : 0;
   st.phase = m.phase;
-  const int64_t rss = PeakRssBytes();
+  const int64_t rss = PeakResidentBytes();
+  const int64_t window_peak = WindowPeakResidentBytes();
   for (int i = 0; i < gpus_.count; ++i) {
     if (!gpus_.Owns(i)) continue;
     const RankLoop& r = m.loops[i];
@@ -879,6 +955,10 @@ NodeStatus NodeRuntime::Status() const {
     rs.tokens_per_second = r.seconds > 0 ? r.tokens / r.seconds : 0;
     rs.state_bytes = e ? e->StateBytes() : 0;
     rs.peak_rss_bytes = rss;
+    if (m.switch_start_rss > 0) {
+      rs.switch_start_rss_bytes = m.switch_start_rss;
+      rs.switch_peak_rss_bytes = window_peak;
+    }
     rs.error = r.error;
     if (rs.in_plan) {
       st.iteration = std::max(st.iteration, r.iteration);

@@ -159,12 +159,14 @@ inline absl::Status OnAll(const std::vector<AgentProcess*>& agents,
                                                      st[first].message()));
 }
 
-// A cluster of `nodes` (name, GPU count), all A6000.
-inline Cluster NamedCluster(const std::vector<std::pair<std::string, int>>& nodes) {
-  GpuCatalog catalog = Catalog();
+// A cluster of `nodes` (name, GPU count), all of `gpu_type` (A6000 unless
+// said) of `catalog` (the built-in one unless given).
+inline Cluster NamedCluster(const std::vector<std::pair<std::string, int>>& nodes,
+                            const GpuCatalog& catalog = Catalog(),
+                            const std::string& gpu_type = "A6000") {
   std::vector<Node> ns;
   for (const auto& [name, n] : nodes) {
-    ns.push_back(Node{.name = name, .gpu_type = *catalog.IndexOf("A6000"),
+    ns.push_back(Node{.name = name, .gpu_type = *catalog.IndexOf(gpu_type),
                       .num_gpus = n});
   }
   return *Cluster::Create(ns, catalog);
@@ -176,14 +178,17 @@ enum class SwitchStep { kNone, kBeforeStage1, kBeforeStage2, kBeforeRebuild };
 // The controller's part, for tests.
 class Driver {
  public:
-  Driver(JobSpec job, std::string dir) : job_(std::move(job)), dir_(std::move(dir)) {
+  // `catalog`: the agents' (their --profiles-dir's), when not the built-in.
+  Driver(JobSpec job, std::string dir, GpuCatalog catalog = Catalog())
+      : job_(std::move(job)), dir_(std::move(dir)), catalog_(std::move(catalog)) {
     server_ = *JobStoreServer::Start("127.0.0.1", 0);
   }
 
   AgentProcess* Agent(const std::string& node, int gpus,
-                      std::vector<std::string> extra_args = {}) {
+                      std::vector<std::string> extra_args = {},
+                      const std::string& gpu_type = "A6000") {
     auto a = std::make_unique<AgentProcess>(node, gpus, dir_,
-                                            std::move(extra_args));
+                                            std::move(extra_args), gpu_type);
     absl::Status s = a->Start();
     CHECK(s.ok()) << s;
     agents_[node] = std::move(a);
@@ -354,7 +359,7 @@ class Driver {
 
   JobSpec job_;
   std::string dir_;
-  GpuCatalog catalog_ = Catalog();
+  GpuCatalog catalog_;
   std::unique_ptr<JobStoreServer> server_;
   std::map<std::string, std::unique_ptr<AgentProcess>> agents_;
   int64_t generation_ = 0;

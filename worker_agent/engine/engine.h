@@ -113,6 +113,16 @@ class Engine {
   virtual absl::Status SaveState(migration::ShardSet* out) const = 0;
   // Replaces the state with `in` (canonical, exactly holdings()).
   virtual absl::Status LoadState(const migration::ShardSet& in) = 0;
+  // The engine's own state buffers, exactly holdings(), in canonical byte
+  // order: a view (ShardSet::View), valid while the engine lives; training
+  // updates them in place. A switch reads the old engine's state and writes
+  // the new engine's through these views, so neither state is copied
+  // (docs/migration.md, "Memory during a switch").
+  virtual migration::ShardSet StateView() = 0;
+  // Called once a migration has written this engine's state through
+  // StateView: checks what arrived (the scalars' format, the job's seeds)
+  // and takes it as the engine's state; the errors of LoadState.
+  virtual absl::Status StateWritten() = 0;
   // Where the state lives: kHost for CPU engines; a CUDA engine reports
   // kDevice so the NCCL transport takes its buffers without a host copy.
   virtual migration::MemoryKind state_memory() const = 0;

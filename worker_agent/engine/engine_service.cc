@@ -11,28 +11,10 @@
 #include "rpc/grpc_status.h"
 #include "worker_agent/agent_proto_convert.h"
 #include "worker_agent/engine/reference_engine.h"
+#include "worker_agent/process_memory.h"
 
 namespace arachne::agent {
 namespace {
-
-// Resident set of this process, bytes (/proc/self/statm's second field).
-int64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
-}
-
-// MemAvailable of /proc/meminfo, bytes; 0 when it cannot be read.
-int64_t AvailableBytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key, unit;
-  int64_t kib = 0;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
-}
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -230,8 +231,12 @@ struct Param {
   // plan rank holds (OwnedElements).
   std::vector<std::pair<int64_t, int64_t>> owned;
   std::vector<int64_t> canonical_shape;  // of this shard, canonical order
-  torch::Tensor master;  // engine layout, requires_grad
-  torch::Tensor weight;  // bf16 rounding of master
+  // The state, each tensor in canonical order (a row-parallel weight
+  // transposed, so the shard is one contiguous range of canonical bytes):
+  // the engine's memory is the canonical layout, and a switch moves it
+  // where it lives (Engine::StateView). Compute reads SwapLayout(master).
+  torch::Tensor master;  // requires_grad; its gradient is canonical too
+  torch::Tensor weight;  // bf16 rounding of master, updated in place
   torch::Tensor adam_m, adam_v;
 };
 
@@ -271,16 +276,11 @@ std::vector<std::pair<int64_t, int64_t>> OwnedElements(
   return out;
 }
 
-// Engine layout <-> canonical, either way: row-parallel weights are stored
-// transposed, so the conversion is its own inverse. A view; callers copy.
+// Canonical -> the [out, in] shape compute uses: row-parallel weights are
+// stored transposed. A view (autograd flows through it to the canonical
+// master).
 torch::Tensor SwapLayout(const Param& p, const torch::Tensor& t) {
   return p.split == TpSplit::kRow ? t.t() : t;
-}
-torch::Tensor ToCanonical(const Param& p, const torch::Tensor& t) {
-  return SwapLayout(p, t).contiguous();
-}
-torch::Tensor FromCanonical(const Param& p, const torch::Tensor& t) {
-  return SwapLayout(p, t).contiguous();
 }
 
 // The canonical bytes of kind `kind` of `p` this rank holds: the master
@@ -349,6 +349,8 @@ class ReferenceEngine : public Engine {
   }
   absl::Status SaveState(migration::ShardSet* out) const override;
   absl::Status LoadState(const migration::ShardSet& in) override;
+  migration::ShardSet StateView() override;
+  absl::Status StateWritten() override;
   migration::MemoryKind state_memory() const override {
     return migration::MemoryKind::kHost;
   }
@@ -364,10 +366,20 @@ class ReferenceEngine : public Engine {
     return rank_of_.at({t, r, s, k});
   }
   Param& P(const std::string& name) { return params_[param_index_.at(name)]; }
-  torch::Tensor& W(const std::string& name) { return P(name).master; }
+  // A parameter as compute uses it ([out, in] for a linear): a view.
+  torch::Tensor W(const std::string& name) {
+    const Param& p = P(name);
+    return SwapLayout(p, p.master);
+  }
 
   absl::Status CreateGroups(const EngineArgs& args);
-  void CreateParams(bool initialize);
+  void CreateParams(bool initialize, ReferenceEngine* share_with);
+  // FailedPrecondition when scalars `sc` do not belong to this job.
+  absl::Status CheckScalars(const std::vector<int64_t>& sc) const;
+  // The tensors of `p` in the order of Param::ids.
+  static std::array<torch::Tensor, 4> Parts(const Param& p) {
+    return {p.weight, p.master.detach(), p.adam_m, p.adam_v};
+  }
   torch::Tensor Linear(const torch::Tensor& x, const std::string& name) {
     return torch::matmul(x, W(name).t());
   }
@@ -553,7 +565,8 @@ absl::Status ReferenceEngine::CreateGroups(const EngineArgs& args) {
   return absl::OkStatus();
 }
 
-void ReferenceEngine::CreateParams(bool initialize) {
+void ReferenceEngine::CreateParams(bool initialize,
+                                   ReferenceEngine* share_with) {
   absl::flat_hash_map<std::string, int> id_of;
   for (int id = 0; id < state_.num_tensors(); ++id) {
     id_of[state_.tensor(id).name] = id;
@@ -582,6 +595,23 @@ void ReferenceEngine::CreateParams(bool initialize) {
     const int64_t row_elems = ts.elements() / cshape[0];
     cshape[0] = h.range.size() / 4 / row_elems;
     p.canonical_shape = cshape;
+    if (share_with != nullptr) {
+      auto it = share_with->param_index_.find(p.name);
+      if (it != share_with->param_index_.end()) {
+        const Param& o = share_with->params_[it->second];
+        if (o.master_range == p.master_range) {
+          // The same canonical bytes: share, do not hold them twice. A
+          // leaf of its own over the same storage (its gradient is its own).
+          p.master = o.master.detach().set_requires_grad(true);
+          p.weight = o.weight;
+          p.adam_m = o.adam_m;
+          p.adam_v = o.adam_v;
+          param_index_[p.name] = static_cast<int>(params_.size());
+          params_.push_back(std::move(p));
+          continue;
+        }
+      }
+    }
     torch::Tensor canon = torch::empty(cshape, torch::kFloat32);
     if (initialize) {
       float* d = canon.data_ptr<float>();
@@ -599,7 +629,7 @@ void ReferenceEngine::CreateParams(bool initialize) {
     } else {
       canon.zero_();
     }
-    p.master = FromCanonical(p, canon).set_requires_grad(true);
+    p.master = canon.set_requires_grad(true);
     p.weight = p.master.detach().to(torch::kBFloat16);
     p.adam_m = torch::zeros_like(p.master.detach());
     p.adam_v = torch::zeros_like(p.master.detach());
@@ -623,7 +653,9 @@ absl::Status ReferenceEngine::Build(const EngineArgs& args,
     rank_of_[{r.template_index, r.replica, r.stage, r.tp_rank}] = g;
   }
   const absl::Time t0 = absl::Now();
-  CreateParams(args.initialize);
+  CreateParams(args.initialize,
+               args.initialize ? nullptr
+                               : dynamic_cast<ReferenceEngine*>(args.share_with));
   const int tp = stage().tp;
   heads_local_ = job_.model.num_heads / tp;
   kv_heads_local_ = job_.model.num_kv_heads / tp;
@@ -788,8 +820,7 @@ void ReferenceEngine::SyncGradients() {
       const Param& p = params_[gg.params[i]];
       if (p.split == TpSplit::kReplicated && role_.tp_rank != 0) continue;
       torch::Tensor g = p.master.grad();
-      torch::Tensor c = g.defined() ? ToCanonical(p, g)
-                                    : torch::zeros(p.canonical_shape);
+      torch::Tensor c = g.defined() ? g : torch::zeros(p.canonical_shape);
       buf.narrow(0, gg.offsets[i] + p.master_range.begin / 4, c.numel())
           .copy_(c.reshape(-1));
     }
@@ -799,7 +830,7 @@ void ReferenceEngine::SyncGradients() {
       torch::Tensor c = buf.narrow(0, gg.offsets[i] + p.master_range.begin / 4,
                                    p.master_range.size() / 4)
                             .reshape(p.canonical_shape);
-      p.master.mutable_grad() = FromCanonical(p, c);
+      p.master.mutable_grad() = c;
     }
   }
 }
@@ -815,7 +846,7 @@ double ReferenceEngine::OwnedGradientSquares() {
       sum += g.to(torch::kFloat64).square().sum().item<double>();
       continue;
     }
-    const torch::Tensor c = ToCanonical(p, g).reshape(-1).to(torch::kFloat64);
+    const torch::Tensor c = g.reshape(-1).to(torch::kFloat64);
     for (const auto& [b, e] : p.owned) {
       sum += c.narrow(0, b, e - b).square().sum().item<double>();
     }
@@ -841,7 +872,8 @@ void ReferenceEngine::OptimizerStep(double grad_scale) {
     torch::Tensor update = (p.adam_m / bc1).div_(denom);
     if (c.weight_decay > 0) update.add_(p.master.detach(), c.weight_decay);
     p.master.detach().sub_(update * lr);
-    p.weight = p.master.detach().to(torch::kBFloat16);
+    // In place: a switch's views (StateView) and a shared tensor stay valid.
+    p.weight.copy_(p.master.detach());
     p.master.mutable_grad() = torch::Tensor();
   }
 }
@@ -988,8 +1020,7 @@ absl::Status ReferenceEngine::SaveState(migration::ShardSet* out) const {
         "SaveState: the shard set does not hold this rank's holdings");
   }
   for (const Param& p : params_) {
-    const torch::Tensor parts[4] = {p.weight, p.master.detach(), p.adam_m,
-                                    p.adam_v};
+    const std::array<torch::Tensor, 4> parts = Parts(p);
     for (int k = 0; k < 4; ++k) {
       const TensorSpec& ts = state_.tensor(p.ids[k]);
       const ByteRange range = KindRange(p, ts);
@@ -1002,7 +1033,7 @@ absl::Status ReferenceEngine::SaveState(migration::ShardSet* out) const {
       // switch exports the whole state on the critical path).
       torch::Tensor view = torch::from_blob(to, p.canonical_shape,
                                             parts[k].options());
-      view.copy_(SwapLayout(p, parts[k]));
+      view.copy_(parts[k]);
     }
   }
   uint8_t* sc = out->Find(scalars_id_, {0, 8 * kReferenceScalars});
@@ -1020,6 +1051,32 @@ absl::Status ReferenceEngine::LoadState(const migration::ShardSet& in) {
   const uint8_t* from = in.Find(scalars_id_, {0, 8 * kReferenceScalars});
   CHECK(from != nullptr);
   std::memcpy(sc.data(), from, 8 * kReferenceScalars);
+  if (absl::Status s = CheckScalars(sc); !s.ok()) return s;
+  torch::NoGradGuard no_grad;
+  for (Param& p : params_) {
+    std::array<torch::Tensor, 4> parts = Parts(p);
+    for (int k = 0; k < 4; ++k) {
+      const TensorSpec& ts = state_.tensor(p.ids[k]);
+      const ByteRange range = KindRange(p, ts);
+      const uint8_t* src = in.Find(p.ids[k], range);
+      if (src == nullptr) {
+        return absl::InternalError(absl::StrCat("LoadState: no buffer for ",
+                                                ts.name));
+      }
+      // Copied from a view of the received bytes into the engine's own
+      // tensors (allocated when it was built): no temporary.
+      torch::Tensor view = torch::from_blob(const_cast<uint8_t*>(src),
+                                            p.canonical_shape,
+                                            parts[k].options());
+      parts[k].copy_(view);
+    }
+  }
+  std::copy(sc.begin(), sc.end(), scalars_.begin());
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceEngine::CheckScalars(
+    const std::vector<int64_t>& sc) const {
   if (sc[kScalarFormat] != kReferenceStateFormat) {
     return absl::FailedPreconditionError(absl::StrCat(
         "LoadState: state format ", sc[kScalarFormat], ", expected ",
@@ -1034,26 +1091,34 @@ absl::Status ReferenceEngine::LoadState(const migration::ShardSet& in) {
         sc[kScalarSeqLen], "; this job has ", job_.engine.data_seed, ", ",
         job_.training.global_batch, ", ", job_.training.seq_len));
   }
-  torch::NoGradGuard no_grad;
-  for (Param& p : params_) {
-    torch::Tensor parts[4] = {p.weight, p.master.detach(), p.adam_m, p.adam_v};
+  return absl::OkStatus();
+}
+
+migration::ShardSet ReferenceEngine::StateView() {
+  absl::flat_hash_map<int, uint8_t*> at;
+  for (const Param& p : params_) {
+    const std::array<torch::Tensor, 4> parts = Parts(p);
     for (int k = 0; k < 4; ++k) {
-      const TensorSpec& ts = state_.tensor(p.ids[k]);
-      const ByteRange range = KindRange(p, ts);
-      const uint8_t* src = in.Find(p.ids[k], range);
-      if (src == nullptr) {
-        return absl::InternalError(absl::StrCat("LoadState: no buffer for ",
-                                                ts.name));
-      }
-      // Copied from a view of the received bytes into the engine's own
-      // tensors (allocated when it was built): no temporary.
-      torch::Tensor view = torch::from_blob(const_cast<uint8_t*>(src),
-                                            p.canonical_shape,
-                                            parts[k].options());
-      parts[k].copy_(SwapLayout(p, view));
+      CHECK(parts[k].is_contiguous()) << p.name;
+      at[p.ids[k]] = static_cast<uint8_t*>(parts[k].data_ptr());
     }
   }
-  scalars_ = sc;
+  at[scalars_id_] = reinterpret_cast<uint8_t*>(scalars_.data());
+  std::vector<Holding> hs = holdings();
+  std::vector<uint8_t*> data;
+  for (const Holding& h : hs) {
+    auto it = at.find(h.tensor);
+    CHECK(it != at.end()) << "no tensor of the engine holds tensor " << h.tensor;
+    data.push_back(it->second);
+  }
+  return migration::ShardSet::View(std::move(hs), std::move(data));
+}
+
+absl::Status ReferenceEngine::StateWritten() {
+  if (absl::Status s = CheckScalars(scalars_); !s.ok()) {
+    // Nothing to undo: the engine is new and trains only after a Commit.
+    return s;
+  }
   return absl::OkStatus();
 }
 

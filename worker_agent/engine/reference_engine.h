@@ -77,8 +77,18 @@ struct EngineArgs {
   // iteration (Unavailable); the store rendezvous waits at least 60 s.
   absl::Duration timeout = absl::Seconds(60);
   // Fresh weights from job.engine.init_seed; otherwise the caller loads a
-  // state (LoadState) before the first iteration.
+  // state (LoadState, or a migration through StateView) before the first
+  // iteration.
   bool initialize = true;
+  // The engine of the plan before on the same GPU, when a switch builds
+  // this one (not initialized): every parameter both hold whole (the same
+  // canonical bytes of it) shares that engine's tensors instead of
+  // allocating its own, so the bytes a rank keeps are neither copied nor
+  // held twice. Safe because training updates tensors in place and only
+  // one of the two engines trains again: the old one after an Abort, this
+  // one after a Commit, when the old one is gone. A migration never writes
+  // a shared tensor: its bytes are all kept, none received.
+  Engine* share_with = nullptr;
   // A virtual GPU's speed relative to its CPU rank (compute_pacer.h).
   double virtual_gpu_speed = 1;
 };
