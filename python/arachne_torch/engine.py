@@ -28,6 +28,7 @@ import torch
 from arachne.v1 import agent_pb2, engine_pb2, engine_pb2_grpc
 
 from arachne_torch import checkpoint as ckpt
+from arachne_torch import device as dev
 from arachne_torch import state as st
 from arachne_torch.job import BadRequest, Job, Plan
 from arachne_torch.layout import Layout
@@ -68,6 +69,10 @@ class Env:
     # A virtual GPU's speed as a fraction of its CPU rank's (trainer.py,
     # ComputePacer); 1 when the agent sets no ARACHNE_VIRTUAL_GPU_SPEED.
     virtual_gpu_speed: float = 1.0
+    # The engine's own options (arachne_torch.device): ARACHNE_TORCH_DEVICE
+    # and ARACHNE_TORCH_PRECISION, "auto" when unset.
+    device_option: str = "auto"
+    precision_option: str = "auto"
 
     @staticmethod
     def read(environ=os.environ) -> "Env":
@@ -112,7 +117,8 @@ class Env:
         return Env(need("ARACHNE_ENGINE_SOCKET", 107), need("ARACHNE_NODE"),
                    need("ARACHNE_GPU_TYPE"), gpus,
                    integer("LOCAL_RANK", 0, gpus - 1), need("ARACHNE_HOST"),
-                   virtual == "1", speed)
+                   virtual == "1", speed, dev.device_option(environ),
+                   dev.precision_option(environ))
 
 
 @dataclasses.dataclass
@@ -140,8 +146,9 @@ def _timing(seconds=0.0):
 class EngineRuntime:
     """The phases and the training loop of this process's one rank."""
 
-    def __init__(self, env: Env):
+    def __init__(self, env: Env, device: Optional[dev.DeviceChoice] = None):
         self.env = env
+        self.device = device or dev.DeviceChoice("cpu", "default")
         self.op = threading.Lock()          # one phase call at a time
         self.mu = threading.Condition()     # what the loop and Status share
         self.current: Optional[Generation] = None
@@ -263,6 +270,9 @@ class EngineRuntime:
             self._check_node(req.cluster, "cluster")
             parse_store_address(req.store_address)
             job = Job.from_request(req)
+            precision = dev.resolve_precision(
+                self.device, req.training.precision,
+                self.env.precision_option)
             plan = Plan.from_proto(req.plan, job)
             tensors = st.model_state(job.model)
             layout = Layout.from_proto(req.layout, plan, tensors)
@@ -308,7 +318,8 @@ class EngineRuntime:
                         req.store_address, self.env.host,
                         initialize=req.generation == 1 and
                         not req.checkpoint_dir,
-                        virtual_gpu_speed=self.env.virtual_gpu_speed)
+                        virtual_gpu_speed=self.env.virtual_gpu_speed,
+                        device=self.device.device, precision=precision)
                 except BadRequest:
                     raise
                 except ValueError as e:
@@ -333,7 +344,8 @@ class EngineRuntime:
                 elif self.phase == Phase.PHASE_RUNNING:
                     self.phase = Phase.PHASE_PREPARED
             print(f"arachne_torch: {self.gpu}: prepared generation "
-                  f"{req.generation} (plan rank {rank}) in "
+                  f"{req.generation} (plan rank {rank}, {self.device.device}"
+                  f", {precision}) in "
                   f"{time.monotonic() - t0:.3f} s", file=sys.stderr,
                   flush=True)
             if share is None:
@@ -626,7 +638,7 @@ class EngineRuntime:
             r.peak_rss_bytes = peak_rss_bytes()
             r.error = self.error
             r.engine_pid = os.getpid()
-            r.device = "cpu"
+            r.device = self.device.device
             if r.in_plan:
                 out.iteration, out.loss = self.iteration, self.loss
             for k, v in self.timings.items():
@@ -639,12 +651,12 @@ class EngineRuntime:
                 f"protocol_version: the caller speaks engine protocol version "
                 f"{req.protocol_version}, this engine (arachne_torch) speaks "
                 f"{PROTOCOL_VERSION}")
+        used, free = dev.memory(self.device.device)
         out = engine_pb2.DescribeResponse(
             protocol_version=PROTOCOL_VERSION, engine=ENGINE_NAME,
             node=self.env.node, local_rank=self.env.local_rank,
-            node_gpus=self.env.node_gpus, device="cpu",
-            memory_used_bytes=resident_bytes(),
-            memory_free_bytes=available_bytes(), pid=os.getpid())
+            node_gpus=self.env.node_gpus, device=self.device.device,
+            memory_used_bytes=used, memory_free_bytes=free, pid=os.getpid())
         has_job = req.HasField("model_spec") or req.model.name or \
             req.model.hf_config_json
         if has_job:
@@ -670,20 +682,8 @@ def _phase_name(p) -> str:
     return agent_pb2.Phase.Name(p)[len("PHASE_"):].lower()
 
 
-def resident_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def available_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+resident_bytes = dev.resident_bytes
+available_bytes = dev.available_bytes
 
 
 def peak_rss_bytes() -> int:
@@ -743,13 +743,17 @@ class EngineService(engine_pb2_grpc.EngineServicer):
 def main(argv=None) -> int:
     try:
         env = Env.read()
+        device = dev.select_device_here(env.virtual_gpus, env.local_rank)
+        dev.check_precision_option(env.precision_option, device)
     except BadRequest as e:
         print(f"arachne_torch.engine: {e}", file=sys.stderr)
         return 2
+    if device.is_cuda:
+        torch.cuda.set_device(torch.device(device.device))
     # Ranks share the node's cores; one intra-op thread each, as the
     # reference engine.
     torch.set_num_threads(1)
-    runtime = EngineRuntime(env)
+    runtime = EngineRuntime(env, device)
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=8))
     engine_pb2_grpc.add_EngineServicer_to_server(EngineService(runtime),
                                                  server)
@@ -759,7 +763,8 @@ def main(argv=None) -> int:
         return 2
     server.start()
     print(f"arachne_torch: {runtime.gpu}: serving arachne.v1.Engine on "
-          f"{env.socket} (pid {os.getpid()}, torch {torch.__version__})",
+          f"{env.socket} (pid {os.getpid()}, torch {torch.__version__}, "
+          f"device {device.device}: {device.why})",
           file=sys.stderr, flush=True)
     stop = threading.Event()
     import signal

@@ -169,9 +169,12 @@ class CanonicalState:
     """A trainer's tensors seen as canonical bytes (the layout's byte
     ranges), read and written in place. Row-parallel weights are kept
     transposed by the trainer; their canonical rows are its columns, so a
-    range of them is read and written through strided views."""
+    range of them is read and written through strided views. Tensors on a
+    CUDA device are read and written through host memory (`staged`: the
+    transfers go over Gloo and are checksummed on the host), one segment at
+    a time."""
 
-    def __init__(self, trainer):
+    def __init__(self, trainer, staged: Optional[bool] = None):
         self.trainer = trainer
         # tensor id -> (part, split, first canonical byte held, bytes per
         # element)
@@ -185,6 +188,10 @@ class CanonicalState:
         self.scalars_id = trainer.scalars_id
         self.scalars = torch.from_numpy(
             np.asarray(trainer.scalars, dtype="<i8").copy())
+        if staged is None:
+            staged = any(e[0].device.type != "cpu"
+                         for e in self.parts.values())
+        self.staged = staged
 
     def holds(self, seg: Segment) -> bool:
         if seg.tensor == self.scalars_id:
@@ -230,6 +237,9 @@ class CanonicalState:
             return self.scalars.view(torch.uint8)[seg.begin:seg.end]
         view, a, b, off = self._elements(seg)
         pieces = self._pieces(view, a, b)
+        if self.staged:
+            flat = torch.cat([p.reshape(-1) for p in pieces]).cpu()
+            return _bytes_of(flat)[off:off + seg.bytes]
         if len(pieces) == 1 and pieces[0].is_contiguous():
             # Stored in canonical order: a view of the tensor's own bytes.
             return _bytes_of(pieces[0])[off:off + seg.bytes]
@@ -245,11 +255,15 @@ class CanonicalState:
             return
         view, a, b, off = self._elements(seg)
         pieces = self._pieces(view, a, b)
-        if len(pieces) == 1 and pieces[0].is_contiguous():
+        if not self.staged and len(pieces) == 1 and \
+                pieces[0].is_contiguous():
             # Stored in canonical order: the bytes go straight in.
             _bytes_of(pieces[0])[off:off + seg.bytes].copy_(data)
             return
-        flat = torch.cat([p.reshape(-1) for p in pieces]) \
+        # The covered elements in host memory (read back first when the
+        # segment covers an element partly), the bytes written there, then
+        # copied into place.
+        flat = torch.cat([p.reshape(-1) for p in pieces]).cpu() \
             if (off or seg.bytes % self.parts[seg.tensor][3]) else \
             torch.empty(b - a, dtype=view.dtype)
         raw = _bytes_of(flat)

@@ -30,6 +30,10 @@ TRAIN_STATE_TENSOR = "train_state:scalars"
 NUM_SCALARS = 8
 SCALAR_FORMAT, SCALAR_STEP, SCALAR_CURSOR, SCALAR_DATA_SEED = 0, 1, 2, 3
 SCALAR_INIT_SEED, SCALAR_GLOBAL_BATCH, SCALAR_SEQ_LEN = 4, 5, 6
+# The last slot, which the reference engine neither sets nor reads (it
+# carries it): arachne_torch's fp16 dynamic loss scale (device.LossScale;
+# 0 = none).
+SCALAR_LOSS_SCALE = 7
 STATE_FORMAT = 1
 
 

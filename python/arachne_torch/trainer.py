@@ -17,10 +17,20 @@ losses from the same state:
 - the global batch cut into the plan's micro-batches by sample index, and
   the loss scaled by the global token count.
 
-Computation is fp32 on the master weights; the bf16 weight of the layout
-is their rounding after each step. Collectives are c10d Gloo groups made
-through the job's TCPStore under "arachne/g<N>/<group>", as the reference
-engine names them.
+The optimizer keeps fp32 master weights; the bf16 weight of the layout is
+their rounding after each step. A rank computes on its device in its
+precision (arachne_torch.device): fp32 on the master weights (the CPU's
+default, the reference engine's mathematics), or mixed precision, every
+matrix multiply in bf16 (on the layout's bf16 weight itself) or fp16 (with
+dynamic loss scaling) and norms, softmax, the loss and the residual stream
+in fp32, the gradients reaching the fp32 masters. Collectives are c10d
+groups made through the job's TCPStore under "arachne/g<N>/<group>", as the
+reference engine names them: Gloo on the CPU; on a CUDA device NCCL for the
+tensor-, expert- and data-parallel groups, while the pipeline's
+point-to-point messages and the iteration's last scalar reduction go over
+the Gloo "world" group through host memory (Gloo's tags keep the 1F1B
+order's sends and receives apart; NCCL's unbatched point-to-point would
+match them by issue order and can deadlock).
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import torch.nn.functional as F
 
 from arachne_torch import state as st
 from arachne_torch.corpus import make_corpus, splitmix64
+from arachne_torch.device import COMPUTE_DTYPES, LossScale
 from arachne_torch.job import Job, Plan
 from arachne_torch.layout import Layout
 
@@ -67,8 +78,28 @@ COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=10)
 # Collectives with autograd (Megatron's f and g, the vocabulary gather, the
 # expert dispatch and combine).
 
+def _gloo_16bit(t: torch.Tensor) -> bool:
+    # Gloo has no bf16 / fp16 reductions: such tensors on the CPU go through
+    # fp32 (exact for the gathers, summed in fp32 for the reductions).
+    return t.device.type == "cpu" and t.dtype in (torch.bfloat16,
+                                                  torch.float16)
+
+
 def _all_reduce(group, t: torch.Tensor) -> None:
+    if _gloo_16bit(t):
+        w = t.float()
+        group.allreduce([w]).wait(COLLECTIVE_TIMEOUT)
+        t.copy_(w)
+        return
     group.allreduce([t]).wait(COLLECTIVE_TIMEOUT)
+
+
+def _all_gather(group, x: torch.Tensor, size: int) -> List[torch.Tensor]:
+    x = x.contiguous()
+    w = x.float() if _gloo_16bit(x) else x
+    out = [torch.empty_like(w) for _ in range(size)]
+    group.allgather([out], [w]).wait(COLLECTIVE_TIMEOUT)
+    return [o.to(x.dtype) for o in out] if w is not x else out
 
 
 class _CopyToTp(torch.autograd.Function):
@@ -107,10 +138,7 @@ class _GatherFromTp(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group, rank, size):
         ctx.rank, ctx.local = rank, x.size(-1)
-        x = x.contiguous()
-        out = [torch.empty_like(x) for _ in range(size)]
-        group.allgather([out], [x]).wait(COLLECTIVE_TIMEOUT)
-        return torch.cat(out, -1)
+        return torch.cat(_all_gather(group, x, size), -1)
 
     @staticmethod
     def backward(ctx, g):
@@ -126,9 +154,7 @@ class _ExpertGroup:
     replica: int
 
     def gather_replicas(self, x: torch.Tensor) -> List[torch.Tensor]:
-        x = x.contiguous()
-        out = [torch.empty_like(x) for _ in range(self.tp * self.replicas)]
-        self.group.allgather([out], [x]).wait(COLLECTIVE_TIMEOUT)
+        out = _all_gather(self.group, x, self.tp * self.replicas)
         return [out[r * self.tp] for r in range(self.replicas)]
 
 
@@ -159,6 +185,21 @@ class _CombineTokens(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return torch.cat(ctx.info.gather_replicas(g), 0), None
+
+
+class _LowPrecisionWeight(torch.autograd.Function):
+    """The 16-bit copy `low` of fp32 master `master` forward (the values
+    are master's rounding), its gradient into the master backward, in fp32:
+    the mixed-precision matrix multiplies read the low copy, the optimizer
+    steps the master."""
+
+    @staticmethod
+    def forward(ctx, master, low):
+        return low.view_as(low)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(torch.float32), None
 
 
 # ---------------------------------------------------------------------------
@@ -202,6 +243,9 @@ class _Param:
     # The elements of the shard (canonical order, from its first) this rank
     # counts in the gradient's global norm (_owned_elements).
     owned: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
+    # fp16 compute: the iteration's fp16 rounding of master (the canonical
+    # weight stays bf16).
+    half: Optional[torch.Tensor] = None
 
     def swap(self, t: torch.Tensor) -> torch.Tensor:
         """Engine layout <-> canonical: row-parallel weights are kept
@@ -260,6 +304,7 @@ class IterationResult:
     stop_agreed: bool
     seconds: float
     tokens: int
+    skipped: bool = False  # fp16: the step overflowed and was skipped
 
 
 def parse_store_address(address: str) -> Tuple[str, int]:
@@ -294,6 +339,23 @@ def gloo_group(store, name: str, rank: int, size: int, device,
     opts._threads = 1
     return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size,
                                  opts)
+
+
+def nccl_group(store, name: str, rank: int, size: int,
+               timeout_s: float):
+    """An NCCL group of `size` ranks under `name` in `store`, for tensors
+    on the current CUDA device. NCCL builds its communicator at the group's
+    first collective, where the ranks meet."""
+    opts = dist.ProcessGroupNCCL.Options()
+    opts._timeout = datetime.timedelta(seconds=timeout_s)
+    return dist.ProcessGroupNCCL(dist.PrefixStore(name, store), rank, size,
+                                 opts)
+
+
+def collective_backend(device: torch.device) -> str:
+    """The backend of a plan's tensor-, expert- and data-parallel groups:
+    NCCL for a CUDA device, Gloo for the CPU."""
+    return "nccl" if device.type == "cuda" else "gloo"
 
 
 class ComputePacer:
@@ -339,8 +401,18 @@ class Trainer:
                  layout: Layout, plan_rank: int, generation: int,
                  store_address: str, listen_host: str = "127.0.0.1",
                  timeout_s: float = 60.0, initialize: bool = True,
-                 virtual_gpu_speed: float = 1.0):
+                 virtual_gpu_speed: float = 1.0, device: str = "cpu",
+                 precision: str = "fp32"):
         self.job, self.plan, self.tensors = job, plan, tensors
+        if precision not in COMPUTE_DTYPES:
+            raise ValueError(f"precision: must be one of "
+                             f"{', '.join(COMPUTE_DTYPES)}, got {precision!r}")
+        self.device = torch.device(device)
+        self.precision = precision
+        self.dtype = COMPUTE_DTYPES[precision]
+        self.low = precision != "fp32"
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
         self.pacer = ComputePacer(virtual_gpu_speed)
         self.layout, self.me = layout, plan_rank
         self.role = layout.ranks[plan_rank]
@@ -361,7 +433,11 @@ class Trainer:
         ang = torch.outer(torch.arange(job.training.seq_len,
                                        dtype=torch.float64), inv)
         ang = torch.cat([ang, ang], -1).to(torch.float32)
-        self.rope_cos, self.rope_sin = ang.cos(), ang.sin()
+        self.rope_cos = ang.cos().to(self.device)
+        self.rope_sin = ang.sin().to(self.device)
+        self.causal = torch.ones(job.training.seq_len, job.training.seq_len,
+                                 dtype=torch.bool,
+                                 device=self.device).triu(1)
         self.heads_local = job.model.num_heads // self.stage.tp
         self.kv_heads_local = job.model.num_kv_heads // self.stage.tp
         t1 = time.monotonic()
@@ -397,9 +473,11 @@ class Trainer:
                            if out_proj else INIT_STD)
                     canon = initial_values(self.job.engine.init_seed, name,
                                            h.begin // 4, count, std)
-                canon = torch.from_numpy(canon).reshape(cshape)
+                canon = torch.from_numpy(canon).reshape(cshape).to(
+                    self.device)
             else:
-                canon = torch.zeros(cshape, dtype=torch.float32)
+                canon = torch.zeros(cshape, dtype=torch.float32,
+                                    device=self.device)
             p = _Param(name, ts.tp_split,
                        [id_of[f"{name}:{k}"] for k in st.PARAM_KINDS],
                        h.begin, h.end, tuple(cshape), None, None, None, None,
@@ -417,6 +495,8 @@ class Trainer:
         e, t = self.job.engine, self.job.training
         self.scalars = [st.STATE_FORMAT, 0, 0, e.data_seed, e.init_seed,
                         t.global_batch, t.seq_len, 0]
+        if self.precision == "fp16":
+            self.scalars[st.SCALAR_LOSS_SCALE] = LossScale().encode()
 
     def _create_groups(self, generation: int, store_address: str,
                        listen_host: str, timeout_s: float) -> None:
@@ -468,11 +548,16 @@ class Trainer:
                                   timeout_s)
             device = dist.ProcessGroupGloo.create_device(hostname=listen_host)
             by_members = {gg.members: gg for gg in self.grad_groups}
+            nccl = collective_backend(self.device) == "nccl"
             for name, members in specs:
                 if self.me not in members:
                     continue
-                g = gloo_group(base, name, members.index(self.me),
-                               len(members), device, timeout_s)
+                if nccl and name != "world":
+                    g = nccl_group(base, name, members.index(self.me),
+                                   len(members), timeout_s)
+                else:
+                    g = gloo_group(base, name, members.index(self.me),
+                                   len(members), device, timeout_s)
                 if name == "world":
                     self.world = g
                 elif name.startswith("tp/"):
@@ -494,10 +579,25 @@ class Trainer:
     def _w(self, name: str) -> torch.Tensor:
         return self.params[self.param_index[name]].master
 
+    def _cw(self, name: str) -> torch.Tensor:
+        """The weight a matrix multiply reads: the fp32 master, or its
+        16-bit copy (bf16: the layout's weight) with the gradient going to
+        the master."""
+        p = self.params[self.param_index[name]]
+        if not self.low:
+            return p.master
+        return _LowPrecisionWeight.apply(
+            p.master, p.weight if self.dtype == torch.bfloat16 else p.half)
+
+    def _lp(self, x):
+        return x.to(self.dtype) if self.low else x
+
     def _linear(self, x, name):
-        return torch.matmul(x, self._w(name).t())
+        return torch.matmul(self._lp(x), self._cw(name).t())
 
     def _rms_norm(self, x, name):
+        if self.low:
+            x = x.float()
         r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS)
         return x * r * self._w(name)
 
@@ -543,10 +643,15 @@ class Trainer:
         if group > 1:
             k = k.repeat_interleave(group, 1)
             v = v.repeat_interleave(group, 1)
+        if self.low:
+            q, k, v = self._lp(q), self._lp(k), self._lp(v)
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(hd)
-        mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+        if self.low:
+            scores = scores.float()
+        mask = self.causal if s == self.causal.size(0) else \
+            torch.ones(s, s, dtype=torch.bool, device=h.device).triu(1)
         scores = scores.masked_fill(mask, float("-inf"))
-        a = torch.matmul(torch.softmax(scores, -1), v)
+        a = torch.matmul(self._lp(torch.softmax(scores, -1)), v)
         a = a.transpose(1, 2).reshape(b, s, self.heads_local * hd)
         h = h + self._from_tp(self._linear(a, p + "attn.o.weight"))
         x = self._rms_norm(h, p + "post_norm.weight")
@@ -569,7 +674,9 @@ class Trainer:
         w = torch.softmax(top, -1)
         # One dispatch of tokens, weights and expert ids together: a single
         # collective per layer keeps every rank's backward in one order.
-        packed = torch.cat([xs, w, idx.to(torch.float32).detach()], -1)
+        # (fp32 whatever the precision: expert ids are exact in it.)
+        packed = torch.cat([xs.float(), w.float(),
+                            idx.to(torch.float32).detach()], -1)
         replicas = self.tmpl.replicas
         info = _ExpertGroup(self.experts, self.stage.tp, replicas,
                             self.role.replica)
@@ -582,7 +689,7 @@ class Trainer:
         # Zero terms tie y to X and W on every rank, so each rank's backward
         # runs the same collectives even when no token picked its experts.
         y = X * 0.0 + W.sum() * 0.0
-        rows = torch.arange(replicas * n) // n
+        rows = torch.arange(replicas * n, device=x.device) // n
         mine = (rows.remainder(self.stage.edp) == edp_rank).unsqueeze(1)
         for e in range(moe.num_experts):
             ep = f"{p}experts.{e}."
@@ -593,7 +700,8 @@ class Trainer:
                 continue
             t, j = hit.select(1, 0), hit.select(1, 1)
             we = W[t, j].unsqueeze(1)
-            y = y.index_add(0, t, self._swiglu(X.index_select(0, t), ep) * we)
+            y = y.index_add(0, t, (self._swiglu(X.index_select(0, t), ep) *
+                                   we).to(y.dtype))
         routed = _CombineTokens.apply(y, info) if self.experts else y
         return out + routed.reshape(b, s, h)
 
@@ -604,6 +712,8 @@ class Trainer:
             logits = _GatherFromTp.apply(logits, self.tp_group,
                                          self.role.tp_rank, self.stage.tp)
         tokens = self.job.training.global_batch * self.job.training.seq_len
+        if self.low:
+            logits = logits.float()
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                targets.reshape(-1), reduction="sum") / tokens
 
@@ -611,14 +721,15 @@ class Trainer:
 
     def _sync_gradients(self):
         for gg in self.grad_groups:
-            buf = torch.zeros(gg.elements, dtype=torch.float32)
+            buf = torch.zeros(gg.elements, dtype=torch.float32,
+                              device=self.device)
             for i, pi in enumerate(gg.params):
                 p = self.params[pi]
                 if p.split == "replicated" and self.role.tp_rank != 0:
                     continue
                 g = p.master.grad
                 c = (p.swap(g).contiguous() if g is not None
-                     else torch.zeros(p.canonical_shape))
+                     else torch.zeros(p.canonical_shape, device=self.device))
                 buf.narrow(0, gg.offsets[i] + p.begin // 4,
                            c.numel()).copy_(c.reshape(-1))
             if gg.group is not None:
@@ -634,18 +745,27 @@ class Trainer:
     def _owned_gradient_squares(self) -> float:
         """This rank's share of the squared global gradient norm: the sum of
         squares of the synced gradient elements it owns (_Param.owned)."""
-        total = 0.0
+        # Summed on the device in float64, in the order a Python float
+        # would be, read once.
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
         for p in self.params:
             if not p.owned:
                 continue
             g = p.master.grad
             if p.owned == [(0, (p.end - p.begin) // 4)]:
-                total += g.to(torch.float64).square().sum().item()
+                total = total + g.to(torch.float64).square().sum()
                 continue
             c = p.swap(g).contiguous().reshape(-1).to(torch.float64)
             for b, e in p.owned:
-                total += c.narrow(0, b, e - b).square().sum().item()
-        return total
+                total = total + c.narrow(0, b, e - b).square().sum()
+        return total.item()
+
+    @torch.no_grad()
+    def _gradients_finite(self) -> bool:
+        """Whether every synced gradient element is finite (fp16: an
+        overflow skips the step)."""
+        flags = [p.master.grad.isfinite().all() for p in self.params]
+        return bool(torch.stack(flags).all().item()) if flags else True
 
     @torch.no_grad()
     def _optimizer_step(self, grad_scale: float = 1.0):
@@ -667,12 +787,21 @@ class Trainer:
             if c.weight_decay > 0:
                 update.add_(p.master.detach(), alpha=c.weight_decay)
             p.master.detach().sub_(update * lr)
-            p.weight = p.master.detach().to(torch.bfloat16)
+            # In place: the canonical views (migration) keep seeing it.
+            p.weight.copy_(p.master.detach())
             p.master.grad = None
 
     def _tokens(self, first_sample: int, targets: bool) -> torch.Tensor:
         s = self.corpus.samples(first_sample, self.tmpl.micro_batch_size)
-        return torch.from_numpy(s[:, 1:] if targets else s[:, :-1]).contiguous()
+        return torch.from_numpy(s[:, 1:] if targets else s[:, :-1]
+                                ).contiguous().to(self.device)
+
+    @property
+    def loss_scale(self) -> Optional[LossScale]:
+        """fp16: the dynamic loss scale (in the scalars); else None."""
+        if self.precision != "fp16":
+            return None
+        return LossScale.decode(self.scalars[st.SCALAR_LOSS_SCALE])
 
     @property
     def iteration(self) -> int:
@@ -698,6 +827,12 @@ class Trainer:
         tp_next = t.stages[s + 1].tp if s + 1 < depth else 1
         iter_tag = (self.scalars[st.SCALAR_STEP] % 1024) << 20
         rank_of = self.layout.rank_of
+        host = torch.device("cpu")
+        scaler = self.loss_scale
+        if self.precision == "fp16":
+            with torch.no_grad():
+                for p in self.params:
+                    p.half = p.master.detach().to(self.dtype)
         sends = []
         inputs: List[Optional[torch.Tensor]] = [None] * micro
         outputs: List[Optional[torch.Tensor]] = [None] * micro
@@ -715,7 +850,7 @@ class Trainer:
                                               role.tp_rank % tp_prev)],
                                 iter_tag | (mb << 1)).wait(COLLECTIVE_TIMEOUT)
                 computing = self.pacer.start()  # the wait is not compute
-                x.requires_grad_(True)
+                x = x.to(self.device).requires_grad_(True)
                 inputs[mb] = x
                 h = x
             for layer in range(self.stage.layer_begin, self.stage.layer_end):
@@ -726,7 +861,8 @@ class Trainer:
                 self.pacer.pace(computing)
             else:
                 outputs[mb] = h
-                out = h.detach().contiguous()
+                # (Over the Gloo world group: through host memory, fp32.)
+                out = h.detach().float().to(host).contiguous()
                 self.pacer.pace(computing)
                 for j in range(role.tp_rank, tp_next, tp_here):
                     sends.append((out, self.world.send(
@@ -736,18 +872,21 @@ class Trainer:
         def backward(mb):
             computing = self.pacer.start()
             if s == depth - 1:
-                outputs[mb].backward()
+                if scaler is not None:
+                    (outputs[mb] * scaler.scale).backward()
+                else:
+                    outputs[mb].backward()
             else:
                 g = torch.empty(mbs, seq, hidden)
                 self.world.recv([g], rank_of[(ti, r, s + 1,
                                               role.tp_rank % tp_next)],
                                 iter_tag | (mb << 1) | 1).wait(COLLECTIVE_TIMEOUT)
                 computing = self.pacer.start()
-                outputs[mb].backward(g)
+                outputs[mb].backward(g.to(self.device))
             self.pacer.pace(computing)
             outputs[mb] = None
             if s > 0:
-                g = inputs[mb].grad.contiguous()
+                g = inputs[mb].grad.float().to(host).contiguous()
                 for j in range(role.tp_rank, tp_prev, tp_here):
                     sends.append((g, self.world.send(
                         [g], rank_of[(ti, r, s - 1, j)],
@@ -782,7 +921,8 @@ class Trainer:
             loss = torch.tensor(
                 [loss_share if s == depth - 1 and role.tp_rank == 0 else 0.0,
                  1.0 if stop_requested else 0.0,
-                 self._owned_gradient_squares() if clip else 0.0],
+                 self._owned_gradient_squares() if clip else 0.0,
+                 0.0 if scaler is None or self._gradients_finite() else 1.0],
                 dtype=torch.float64)
             _all_reduce(self.world, loss)
         except RuntimeError as e:
@@ -791,15 +931,33 @@ class Trainer:
                 f"tp rank {role.tp_rank}): iteration {self.iteration + 1} "
                 f"failed: {_first_line(e)}") from e
         stepping = self.pacer.start()
-        self._optimizer_step(
-            self.job.engine.clip_scale(math.sqrt(loss[2].item()))
-            if clip else 1.0)
+        overflow = loss[3].item() > 0
+        if scaler is None:
+            self._optimizer_step(
+                self.job.engine.clip_scale(math.sqrt(loss[2].item()))
+                if clip else 1.0)
+        else:
+            # fp16: the gradients are the loss scale's multiple; an
+            # overflow anywhere skips the step on every rank (the iteration
+            # still counts and its samples are used) and halves the scale.
+            if overflow:
+                for p in self.params:
+                    p.master.grad = None
+            else:
+                unscale = 1.0 / scaler.scale
+                self._optimizer_step(
+                    (self.job.engine.clip_scale(
+                        math.sqrt(loss[2].item()) * unscale)
+                     if clip else 1.0) * unscale)
+            scaler.update(overflow)
+            self.scalars[st.SCALAR_LOSS_SCALE] = scaler.encode()
         self.pacer.pace(stepping)
         self.scalars[st.SCALAR_STEP] += 1
         self.scalars[st.SCALAR_CURSOR] += self.job.training.global_batch
         return IterationResult(self.scalars[st.SCALAR_STEP], loss[0].item(),
                                loss[1].item() > 0, time.monotonic() - start,
-                               self.job.training.global_batch * seq)
+                               self.job.training.global_batch * seq,
+                               overflow)
 
     # -- state in the canonical layout ------------------------------------
 
@@ -814,7 +972,7 @@ class Trainer:
             for k, part in enumerate(p.parts()):
                 ts = self.tensors[p.ids[k]]
                 begin, end = p.kind_range(ts)
-                c = p.swap(part).contiguous()
+                c = p.swap(part).contiguous().cpu()
                 if c.dtype == torch.bfloat16:
                     c = c.view(torch.int16)
                 out[(p.ids[k], begin, end)] = c.numpy().tobytes()
@@ -846,6 +1004,8 @@ class Trainer:
                 f"{sc[st.SCALAR_GLOBAL_BATCH]}, seq_len "
                 f"{sc[st.SCALAR_SEQ_LEN]}; this job has {e.data_seed}, "
                 f"{t.global_batch}, {t.seq_len}")
+        if self.precision == "fp16":
+            LossScale.decode(sc[st.SCALAR_LOSS_SCALE])  # ValueError if not
         views = []
         for p in self.params:
             for k, part in enumerate(p.parts()):
