@@ -96,10 +96,11 @@ ModelSpec ModelOfStateMb(int mb) {
     int64_t vocab;
   };
   // (14 B/param) x params/2 ~ mb MB.
-  const Shape s = mb <= 32    ? Shape{256, 1024, 4, 2048}
-                  : mb <= 128 ? Shape{512, 2048, 4, 4096}
-                  : mb <= 512 ? Shape{1024, 4096, 4, 6144}
-                              : Shape{1024, 4096, 8, 8192};
+  const Shape s = mb <= 32     ? Shape{256, 1024, 4, 2048}
+                  : mb <= 128  ? Shape{512, 2048, 4, 4096}
+                  : mb <= 512  ? Shape{1024, 4096, 4, 6144}
+                  : mb <= 1024 ? Shape{1024, 4096, 8, 8192}
+                               : Shape{2048, 8192, 8, 16384};
   m.hidden = s.hidden;
   m.ffn = s.ffn;
   m.num_layers = s.layers;
@@ -189,6 +190,15 @@ struct SwitchTiming {
   int64_t stage1_bytes = 0, stage2_bytes = 0;  // received, every node
   int64_t bytes_received = 0;  // both stages
   int64_t bytes_to_receive = 0;  // what Prepare announced
+  // Engine processes only (each rank its own process): the largest ratio,
+  // over the ranks of both plans, of a rank's peak resident set during the
+  // switch (Prepare to Commit, RankStatus::switch_peak_rss_bytes) to its
+  // state (the larger of its old and new); that rank's figures.
+  double rank_peak_ratio = 0;
+  int64_t rank_peak_bytes = 0, rank_state_bytes = 0;
+  // The largest rise of a rank's resident set over its RSS at Prepare, less
+  // its new state (what the switch added besides the state it must hold).
+  int64_t rank_extra_bytes = 0;
 };
 
 // The controller's part of a job: nodes, store, generations.
@@ -315,6 +325,13 @@ class SwitchDriver {
       *seconds = absl::ToDoubleSeconds(absl::Now() - start);
       return s;
     };
+    // Each rank's state before the switch, by GPU.
+    std::map<std::string, int64_t> old_state;
+    for (NodeRanks* n : old_nodes) {
+      for (const RankStatus& r : n->Status().ranks) {
+        old_state[migration::GpuIdName(r.gpu)] = r.in_plan ? r.state_bytes : 0;
+      }
+    }
     std::vector<int64_t> to_receive(nodes.size());
     absl::Status s = timed(&t.prepare_s, [&]() {
       return OnNodes(nodes, [&](NodeRanks& n) -> absl::Status {
@@ -358,6 +375,26 @@ class SwitchDriver {
     });
     // After every node rebuilt, a failed commit is a bug of the runtime.
     CHECK(s.ok()) << s;
+    // The switch's memory, before the new plan trains (its gradients and
+    // activations are training's, not the switch's).
+    for (NodeRanks* n : nodes) {
+      for (const RankStatus& r : n->Status().ranks) {
+        if (r.engine_pid <= 0) continue;  // ranks share this process
+        const std::string gpu = migration::GpuIdName(r.gpu);
+        const int64_t new_state = r.in_plan ? r.state_bytes : 0;
+        const int64_t state = std::max(old_state[gpu], new_state);
+        if (state <= 0) continue;
+        const double ratio = double(r.switch_peak_rss_bytes) / state;
+        if (ratio > t.rank_peak_ratio) {
+          t.rank_peak_ratio = ratio;
+          t.rank_peak_bytes = r.switch_peak_rss_bytes;
+          t.rank_state_bytes = state;
+        }
+        t.rank_extra_bytes = std::max(
+            t.rank_extra_bytes,
+            r.switch_peak_rss_bytes - r.switch_start_rss_bytes - new_state);
+      }
+    }
     generation_ = next;
     plan_ = plan;
     cluster_ = cluster;
@@ -589,6 +626,10 @@ void RunJoin(benchmark::State& st, JoinShape shape) {
   st.counters["loss1"] = loss_before;
   st.counters["loss2"] = loss_after;
   st.counters["peak_GB"] = peak / 1e9;
+  st.counters["rank_peak_ratio"] = t.rank_peak_ratio;
+  st.counters["rank_peak_GB"] = t.rank_peak_bytes / 1e9;
+  st.counters["rank_state_GB"] = t.rank_state_bytes / 1e9;
+  st.counters["rank_extra_MB"] = t.rank_extra_bytes / 1e6;
 }
 
 void BM_JoinAddReplica(benchmark::State& st) {
@@ -605,6 +646,29 @@ void BM_JoinDeepen(benchmark::State& st) { RunJoin(st, JoinShape::kDeepen); }
 BENCHMARK(BM_JoinDeepen)
     ->ArgNames({"state_MB", "engine"})
     ->ArgsProduct({{32, 128, 512, 1024}, {kThreads, kEngineProcesses, kTorchProcesses}})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kSecond);
+
+// The bounded-memory cases (docs/migration.md, "Memory during a switch"):
+// 1 GB and 4 GB of state per rank, arachne-engine processes only (each
+// rank's peak is its own process's). add-replica at 4 GB holds ~20 GB of
+// state at once on this 24 GiB machine; run it alone.
+void BM_JoinAddReplicaLarge(benchmark::State& st) {
+  RunJoin(st, JoinShape::kAddReplica);
+}
+BENCHMARK(BM_JoinAddReplicaLarge)
+    ->ArgNames({"state_MB", "engine"})
+    ->ArgsProduct({{1024, 4096}, {kEngineProcesses}})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kSecond);
+void BM_JoinDeepenLarge(benchmark::State& st) {
+  RunJoin(st, JoinShape::kDeepen);
+}
+BENCHMARK(BM_JoinDeepenLarge)
+    ->ArgNames({"state_MB", "engine"})
+    ->ArgsProduct({{4096}, {kEngineProcesses}})
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kSecond);
