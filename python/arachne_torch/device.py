@@ -179,6 +179,45 @@ def resident_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _status_kib(key: str) -> int:
+    """A "Key:   123 kB" line of /proc/self/status, in bytes; 0 if absent."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+# The process's peak resident set before the current window (a switch)
+# began: resetting the kernel's VmHWM for the window must not lose it.
+_earlier_peak = 0
+
+
+def window_peak_resident_bytes() -> int:
+    """The kernel's peak resident set (VmHWM) since the last reset."""
+    return _status_kib("VmHWM:")
+
+
+def peak_resident_bytes() -> int:
+    """The process's peak resident set since it started."""
+    return max(_earlier_peak, window_peak_resident_bytes())
+
+
+def reset_window_peak() -> None:
+    """Starts a new window (as worker_agent/process_memory.h does): VmHWM
+    restarts from the current resident set (/proc/self/clear_refs 5)."""
+    global _earlier_peak
+    _earlier_peak = max(_earlier_peak, window_peak_resident_bytes())
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def available_bytes() -> int:
     try:
         with open("/proc/meminfo") as f:

@@ -15,7 +15,6 @@ import concurrent.futures
 import dataclasses
 import math
 import os
-import resource
 import sys
 import threading
 import time
@@ -155,6 +154,8 @@ class EngineRuntime:
         self.next: Optional[Generation] = None
         self.phase = Phase.PHASE_IDLE
         self.last_aborted = 0
+        # Resident set when the last Prepare began (0: none yet).
+        self.switch_start_rss = 0
         # The training loop of the current generation.
         self.thread: Optional[threading.Thread] = None
         self.running = False
@@ -268,6 +269,10 @@ class EngineRuntime:
                     "replaces (or a checkpoint_dir to restore from)")
             migrating = bool(has_old) and not req.checkpoint_dir
             self._check_node(req.cluster, "cluster")
+            # The switch's memory window starts here (RankStatus.switch_*):
+            # its peak from now on is the switch's, not training's before it.
+            dev.reset_window_peak()
+            self.switch_start_rss = dev.resident_bytes()
             parse_store_address(req.store_address)
             job = Job.from_request(req)
             precision = dev.resolve_precision(
@@ -635,7 +640,10 @@ class EngineRuntime:
             r.tokens_per_second = self.tokens / self.seconds \
                 if self.seconds > 0 else 0.0
             r.state_bytes = t.state_bytes() if t else 0
-            r.peak_rss_bytes = peak_rss_bytes()
+            r.peak_rss_bytes = dev.peak_resident_bytes()
+            if self.switch_start_rss > 0:
+                r.switch_start_rss_bytes = self.switch_start_rss
+                r.switch_peak_rss_bytes = dev.window_peak_resident_bytes()
             r.error = self.error
             r.engine_pid = os.getpid()
             r.device = self.device.device
@@ -684,10 +692,6 @@ def _phase_name(p) -> str:
 
 resident_bytes = dev.resident_bytes
 available_bytes = dev.available_bytes
-
-
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 class EngineService(engine_pb2_grpc.EngineServicer):

@@ -167,6 +167,13 @@ def test_every_phase_in_order_trains_checkpoints_and_restores(engine, store,
     stub.Commit(agent_pb2.CommitRequest(generation=2))
     s = stub.Status(agent_pb2.StatusRequest())
     assert (s.current_generation, s.iteration) == (2, 2)
+    # The switch's memory (RankStatus.switch_*): this process's RSS when
+    # Prepare began and its peak since, which holds both states (10 MB each)
+    # at most; the lifetime peak is at least the switch's.
+    r = s.ranks[0]
+    assert r.switch_start_rss_bytes > 0
+    assert r.switch_start_rss_bytes <= r.switch_peak_rss_bytes
+    assert r.switch_peak_rss_bytes <= r.peak_rss_bytes
     stub.Resume(agent_pb2.ResumeRequest(generation=2, run_until=3))
     s = train_until(stub, 3)
     assert s.loss < first
