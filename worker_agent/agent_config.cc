@@ -90,6 +90,14 @@ absl::Status CheckValues(const v1::AgentConfig& config,
                      "got ",
                      config.virtual_gpu_speed()));
   }
+  if (config.has_migration_staging_mib()) {
+    if (absl::Status s = CheckIntegerSetting(
+            names("migration_staging_mib"), config.migration_staging_mib(),
+            kMinMigrationStagingMib, kMaxMigrationStagingMib);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (config.has_controller() &&
       config.controller().find(':') == std::string::npos) {
     return names.Error("controller", absl::StrCat("must be host:port, got \"",
@@ -176,6 +184,9 @@ absl::StatusOr<AgentSettings> ResolveAgentConfig(const v1::AgentConfig& file,
                        config.virtual_gpu_speed()));
     }
     settings.virtual_gpu_speed = config.virtual_gpu_speed();
+  }
+  if (config.has_migration_staging_mib()) {
+    settings.migration_staging_mib = config.migration_staging_mib();
   }
 
   settings.tls.cert_file = config.tls_cert();
@@ -394,6 +405,14 @@ AgentFlags::AgentFlags(CLI::App& app)
              "address other nodes reach this node's ranks at (process groups "
              "and the migration transport listen there)",
              defaults.host);
+  flags_.Add("migration_staging_mib",
+             absl::StrCat("the staging memory each GPU's migration uses for "
+                          "packed small segments, in MiB, ",
+                          kMinMigrationStagingMib, "..",
+                          kMaxMigrationStagingMib,
+                          " (allocated once, kept between switches; "
+                          "admission by memory counts it)"),
+             defaults.migration_staging_mib);
   flags_.Add("failpoint",
              "fault injection for testing: corrupt-migration-stage-1 or "
              "corrupt-migration-stage-2 flips a byte this node receives; "

@@ -30,6 +30,7 @@
 #include "planner_service/core/model/gpu_catalog.h"
 #include "planner_service/core/model/model.h"
 #include "rpc/credentials.h"
+#include "worker_agent/engine_launch.h"
 
 namespace arachne::agent {
 
@@ -50,6 +51,9 @@ struct AgentSettings {
   int gpu_count = 0;
   bool virtual_gpus = true;       // CPU ranks standing in for GPUs
   double virtual_gpu_speed = 1;   // NodeGpus::virtual_gpu_speed
+  // NodeGpus::staging_bytes in MiB, in kMinMigrationStagingMib..
+  // kMaxMigrationStagingMib (engine_launch.h).
+  int migration_staging_mib = kDefaultMigrationStagingMib;
   std::string profiles_dir;       // "" = built-in data
   GpuCatalog catalog;             // from profiles_dir
   std::vector<ModelSpec> models;  // the model catalog, from profiles_dir

@@ -37,6 +37,10 @@ std::vector<std::string> EngineEnvironmentVariables(
     vars.push_back(absl::StrCat("ARACHNE_VIRTUAL_GPU_SPEED=",
                                 absl::StrFormat("%.17g", env.virtual_gpu_speed)));
   }
+  if (env.migration_staging_mib != kDefaultMigrationStagingMib) {
+    vars.push_back(absl::StrCat("ARACHNE_MIGRATION_STAGING_MIB=",
+                                env.migration_staging_mib));
+  }
   if (!env.profiles_dir.empty()) {
     vars.push_back(absl::StrCat("ARACHNE_PROFILES_DIR=", env.profiles_dir));
   }
@@ -114,6 +118,15 @@ absl::StatusOr<EngineEnvironment> ReadEngineEnvironment(
                  "only with ARACHNE_VIRTUAL_GPUS=1");
     }
     env.virtual_gpu_speed = speed;
+  }
+  if (std::optional<std::string> m = get("ARACHNE_MIGRATION_STAGING_MIB")) {
+    if (!absl::SimpleAtoi(*m, &env.migration_staging_mib) ||
+        env.migration_staging_mib < kMinMigrationStagingMib ||
+        env.migration_staging_mib > kMaxMigrationStagingMib) {
+      return Bad("ARACHNE_MIGRATION_STAGING_MIB", *m,
+                 absl::StrCat("must be an integer in ", kMinMigrationStagingMib,
+                              "..", kMaxMigrationStagingMib));
+    }
   }
   if (std::optional<std::string> p = get("ARACHNE_PROFILES_DIR")) {
     env.profiles_dir = *p;

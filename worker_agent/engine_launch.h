@@ -14,6 +14,9 @@
 //                          CUDA GPU, the only one CUDA_VISIBLE_DEVICES
 //                          leaves visible (device 0 in the process)
 //   CUDA_VISIBLE_DEVICES   LOCAL_RANK on a CUDA node; unset for CPU ranks
+//   ARACHNE_MIGRATION_STAGING_MIB  NodeGpus::staging_bytes in MiB, the
+//                          agent's --migration-staging-mib (optional: set
+//                          when not the default)
 //   ARACHNE_PROFILES_DIR   the agent's --profiles-dir (optional)
 //   ARACHNE_FAILPOINT      fault injection (optional; agent_config.proto)
 #ifndef ARACHNE_WORKER_AGENT_ENGINE_LAUNCH_H_
@@ -26,8 +29,24 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "migration/core/executor.h"
 
 namespace arachne::agent {
+
+// A migration's staging memory per GPU in MiB (NodeGpus::staging_bytes >>
+// 20): the agent's setting migration_staging_mib and the engine's
+// ARACHNE_MIGRATION_STAGING_MIB, in kMinMigrationStagingMib..
+// kMaxMigrationStagingMib. The default and the least are the executor's
+// (migration::ExecutorOptions).
+inline constexpr int64_t kMiB = int64_t{1} << 20;
+inline constexpr int kDefaultMigrationStagingMib = static_cast<int>(
+    migration::ExecutorOptions::kDefaultStagingBytes / kMiB);
+inline constexpr int kMinMigrationStagingMib =
+    static_cast<int>(migration::ExecutorOptions::kMinStagingBytes / kMiB);
+inline constexpr int kMaxMigrationStagingMib = 65536;  // 64 GiB
+static_assert(migration::ExecutorOptions::kDefaultStagingBytes % kMiB == 0 &&
+              migration::ExecutorOptions::kMinStagingBytes % kMiB == 0 &&
+              kMinMigrationStagingMib >= 1);
 
 struct EngineEnvironment {
   std::string socket;
@@ -38,12 +57,15 @@ struct EngineEnvironment {
   std::string host = "127.0.0.1";
   bool virtual_gpus = true;
   double virtual_gpu_speed = 1;  // NodeGpus::virtual_gpu_speed
+  // NodeGpus::staging_bytes in MiB.
+  int migration_staging_mib = kDefaultMigrationStagingMib;
   std::string profiles_dir;
   std::string failpoint;
 };
 
 // The variables above, "NAME=value" (the failpoint and profiles dir only
-// when set, ARACHNE_VIRTUAL_GPU_SPEED only when not 1).
+// when set, ARACHNE_VIRTUAL_GPU_SPEED only when not 1,
+// ARACHNE_MIGRATION_STAGING_MIB only when not the default).
 std::vector<std::string> EngineEnvironmentVariables(
     const EngineEnvironment& env);
 

@@ -180,6 +180,16 @@ EngineSupervisor::EngineSupervisor(NodeGpus gpus, GpuCatalog catalog,
 absl::StatusOr<std::unique_ptr<EngineSupervisor>> EngineSupervisor::Start(
     NodeGpus gpus, GpuCatalog catalog, EngineSupervisorConfig config) {
   CHECK_GT(gpus.count, 0);
+  // The engines are told it in whole MiB (ARACHNE_MIGRATION_STAGING_MIB).
+  if (gpus.staging_bytes % kMiB != 0 ||
+      gpus.staging_bytes < kMinMigrationStagingMib * kMiB ||
+      gpus.staging_bytes > kMaxMigrationStagingMib * kMiB) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "migration_staging_mib: engine processes take a whole number of MiB "
+        "in ",
+        kMinMigrationStagingMib, "..", kMaxMigrationStagingMib, ", got ",
+        gpus.staging_bytes, " bytes"));
+  }
   if (config.command.empty() || config.command[0].empty()) {
     return absl::InvalidArgumentError("engine_command: required, got none");
   }
@@ -271,6 +281,7 @@ absl::Status EngineSupervisor::StartOnce(Engine* e) {
   env.host = gpus_.host;
   env.virtual_gpus = gpus_.virtual_gpus;
   env.virtual_gpu_speed = gpus_.virtual_gpu_speed;
+  env.migration_staging_mib = static_cast<int>(gpus_.staging_bytes / kMiB);
   env.profiles_dir = config_.profiles_dir;
   // The engines' own failpoints (the migration's); the agent keeps its own
   // (hang-status-while:, agent_config.h).

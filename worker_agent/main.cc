@@ -88,7 +88,10 @@ int main(int argc, char** argv) {
                                       .virtual_gpu_speed =
                                           settings->virtual_gpu_speed,
                                       .host = settings->host,
-                                      .failpoint = settings->failpoint};
+                                      .failpoint = settings->failpoint,
+                                      .staging_bytes =
+                                          settings->migration_staging_mib *
+                                          arachne::agent::kMiB};
   std::unique_ptr<arachne::agent::NodeRanks> runtime;
   if (settings->in_process_ranks) {
     runtime = std::make_unique<arachne::agent::NodeRuntime>(gpus,

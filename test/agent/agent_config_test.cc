@@ -226,6 +226,67 @@ TEST_F(AgentConfigTest, VirtualGpuSpeedIsAFractionOfAVirtualGpusRank) {
             "agent runs on 2 CUDA GPUs, got 0.5");
 }
 
+TEST_F(AgentConfigTest, MigrationStagingMibIsTheStagingOfEachGpusMigration) {
+  // Default: the executor's (issue 34).
+  absl::StatusOr<AgentSettings> d =
+      FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->migration_staging_mib, 256);
+  EXPECT_EQ(int64_t{d->migration_staging_mib} << 20,
+            migration::ExecutorOptions::kDefaultStagingBytes);
+
+  absl::StatusOr<AgentSettings> s =
+      FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1",
+                "--migration-staging-mib", "64"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->migration_staging_mib, 64);
+  // Both ends of the range, on CUDA GPUs too.
+  EXPECT_EQ(FromArgs({"--node", "n0", "--gpu-type", "A6000",
+                      "--migration-staging-mib", "1"},
+                     /*cuda_devices=*/2)
+                ->migration_staging_mib,
+            1);
+  EXPECT_EQ(FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus",
+                      "1", "--migration-staging-mib", "65536"})
+                ->migration_staging_mib,
+            65536);
+
+  // The config file's key, and a flag over it.
+  const std::string path = Write(
+      "agent.yaml",
+      "node: n0\ngpu_type: A6000\nvirtual_gpus: 1\nmigration_staging_mib: 32\n");
+  EXPECT_EQ(FromArgs({"--config", path})->migration_staging_mib, 32);
+  EXPECT_EQ(FromArgs({"--config", path, "--migration-staging-mib", "512"})
+                ->migration_staging_mib,
+            512);
+
+  for (const char* bad : {"0", "-1", "65537"}) {
+    absl::StatusOr<AgentSettings> b =
+        FromArgs({"--node", "n0", "--gpu-type", "A6000", "--virtual-gpus", "1",
+                  "--migration-staging-mib", bad});
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(b.status().message(),
+              absl::StrCat("--migration-staging-mib: must be an integer in "
+                           "1..65536, got ",
+                           bad));
+  }
+  const std::string zero = Write(
+      "zero.yaml",
+      "node: n0\ngpu_type: A6000\nvirtual_gpus: 1\nmigration_staging_mib: 0\n");
+  absl::StatusOr<v1::AgentConfig> c = LoadAgentConfigFile(zero);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            absl::StrCat(zero,
+                         ": migration_staging_mib: must be an integer in "
+                         "1..65536, got 0"));
+  absl::StatusOr<AgentSettings> f = FromArgs({"--config", zero});
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.status().message(),
+            absl::StrCat(zero,
+                         ": migration_staging_mib: must be an integer in "
+                         "1..65536, got 0"));
+}
+
 TEST_F(AgentConfigTest, NonNumericFlagIsAParseError) {
   EXPECT_THROW(FromArgs({"--node", "n0", "--gpu-type", "A6000",
                          "--virtual-gpus", "two"}),

@@ -58,6 +58,10 @@ TEST(EngineLaunch, WhatTheAgentSetsReadsBack) {
   EXPECT_FALSE(back->virtual_gpus);
   EXPECT_EQ(back->profiles_dir, env.profiles_dir);
   EXPECT_EQ(back->failpoint, env.failpoint);
+  EXPECT_EQ(back->migration_staging_mib, 256);  // the default, not set
+  EXPECT_EQ(vars.count("ARACHNE_MIGRATION_STAGING_MIB"), 0u);
+  EXPECT_EQ(int64_t{back->migration_staging_mib} << 20,
+            migration::ExecutorOptions::kDefaultStagingBytes);
 
   // CPU ranks: no CUDA device named, no optional variables.
   env.virtual_gpus = true;
@@ -76,6 +80,17 @@ TEST(EngineLaunch, WhatTheAgentSetsReadsBack) {
   const Vars slow = AsMap(EngineEnvironmentVariables(env));
   EXPECT_EQ(slow.at("ARACHNE_VIRTUAL_GPU_SPEED"), "0.34999999999999998");
   EXPECT_EQ(Read(slow)->virtual_gpu_speed, 0.35);
+
+  // A migration staging size other than the default (issue 34), both ends
+  // of its range.
+  for (int mib : {64, 1, 65536}) {
+    env.migration_staging_mib = mib;
+    const Vars staged = AsMap(EngineEnvironmentVariables(env));
+    EXPECT_EQ(staged.at("ARACHNE_MIGRATION_STAGING_MIB"), std::to_string(mib));
+    absl::StatusOr<EngineEnvironment> r = Read(staged);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->migration_staging_mib, mib);
+  }
 }
 
 TEST(EngineLaunch, BadOrMissingVariablesNameThemselves) {
@@ -107,6 +122,21 @@ TEST(EngineLaunch, BadOrMissingVariablesNameThemselves) {
        "ARACHNE_VIRTUAL_GPU_SPEED: must be a number in (0, 1], got \"1.5\""},
       {"ARACHNE_VIRTUAL_GPU_SPEED", "nan",
        "ARACHNE_VIRTUAL_GPU_SPEED: must be a number in (0, 1], got \"nan\""},
+      {"ARACHNE_MIGRATION_STAGING_MIB", "0",
+       "ARACHNE_MIGRATION_STAGING_MIB: must be an integer in 1..65536, got "
+       "\"0\""},
+      {"ARACHNE_MIGRATION_STAGING_MIB", "65537",
+       "ARACHNE_MIGRATION_STAGING_MIB: must be an integer in 1..65536, got "
+       "\"65537\""},
+      {"ARACHNE_MIGRATION_STAGING_MIB", "-1",
+       "ARACHNE_MIGRATION_STAGING_MIB: must be an integer in 1..65536, got "
+       "\"-1\""},
+      {"ARACHNE_MIGRATION_STAGING_MIB", "256MiB",
+       "ARACHNE_MIGRATION_STAGING_MIB: must be an integer in 1..65536, got "
+       "\"256MiB\""},
+      {"ARACHNE_MIGRATION_STAGING_MIB", "",
+       "ARACHNE_MIGRATION_STAGING_MIB: must be an integer in 1..65536, got "
+       "\"\""},
       {"ARACHNE_ENGINE_SOCKET", "/tmp/" + std::string(110, 's'),
        "ARACHNE_ENGINE_SOCKET: a Unix socket path has at most 107 characters, "
        "got \"/tmp/" +

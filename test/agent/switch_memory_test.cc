@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner_service/io/gpu_catalog_io.h"
@@ -152,6 +153,50 @@ TEST(SwitchMemory, ARankAddsAtMostItsNewStateJoinTpDepthAndLeave) {
   }
   // The last plan trains.
   ASSERT_TRUE(d.TrainUntil(2).ok());
+  std::filesystem::remove_all(dir);
+}
+
+// The variables of process `pid`'s environment, "NAME=value" each.
+std::vector<std::string> EnvironmentOf(int64_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/environ"));
+  std::vector<std::string> vars;
+  std::string v;
+  while (std::getline(in, v, '\0')) vars.push_back(v);
+  return vars;
+}
+
+// The agent's --migration-staging-mib reaches each of its engine processes
+// (ARACHNE_MIGRATION_STAGING_MIB), whose runtime stages a switch's packed
+// small segments in it and counts it in admission (issue 34); an agent
+// without it leaves the variable unset and its engines take the default.
+TEST(SwitchMemory, TheStagingSettingReachesEveryEngineProcess) {
+  const std::string dir = TempDir();
+  Driver d(testing::TinyJob(), dir);
+  d.Agent("a", 2, {"--migration-staging-mib", "64"});
+  d.Agent("b", 1);
+  for (const auto& [node, want] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"a", "ARACHNE_MIGRATION_STAGING_MIB=64"}, {"b", ""}}) {
+    absl::StatusOr<NodeStatus> st = d.agent(node)->client().Status();
+    ASSERT_TRUE(st.ok()) << st.status();
+    ASSERT_EQ(st->ranks.size(), node == "a" ? 2u : 1u);
+    for (const RankStatus& r : st->ranks) {
+      ASSERT_GT(r.engine_pid, 0) << node;
+      const std::vector<std::string> env = EnvironmentOf(r.engine_pid);
+      ASSERT_FALSE(env.empty()) << node << " engine " << r.engine_pid;
+      std::vector<std::string> staging;
+      for (const std::string& v : env) {
+        if (absl::StartsWith(v, "ARACHNE_MIGRATION_STAGING_MIB=")) {
+          staging.push_back(v);
+        }
+      }
+      if (want.empty()) {
+        EXPECT_TRUE(staging.empty()) << node << ": " << staging[0];
+      } else {
+        EXPECT_EQ(staging, std::vector<std::string>{want}) << node;
+      }
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

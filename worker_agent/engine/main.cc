@@ -32,7 +32,7 @@ int Usage(const char* why) {
                "ARACHNE_ENGINE_SOCKET, ARACHNE_NODE, ARACHNE_GPU_TYPE, "
                "ARACHNE_NODE_GPUS, LOCAL_RANK, ARACHNE_HOST, "
                "ARACHNE_VIRTUAL_GPUS, ARACHNE_VIRTUAL_GPU_SPEED, "
-               "ARACHNE_PROFILES_DIR, "
+               "ARACHNE_MIGRATION_STAGING_MIB, ARACHNE_PROFILES_DIR, "
                "ARACHNE_FAILPOINT (docs/engines.md)\n";
   return 2;
 }
@@ -102,7 +102,9 @@ int main(int argc, char** argv) {
                                .virtual_gpu_speed = env->virtual_gpu_speed,
                                .host = env->host,
                                .failpoint = env->failpoint,
-                               .local_rank = env->local_rank},
+                               .local_rank = env->local_rank,
+                               .staging_bytes = env->migration_staging_mib *
+                                                arachne::agent::kMiB},
       *catalog);
   arachne::agent::EngineService service(runtime.get(), *catalog, *models);
   // A socket left by an engine that died is in the way of this one.
