@@ -206,6 +206,15 @@ TEST(ExecutorTest, KeptBytesInASharedBufferAreNotCopied) {
   }
 }
 
+// b:1 (rank 3) sees the first byte of every buffer it receives flipped.
+std::unique_ptr<Transport> CorruptWhatRank3Receives(
+    int rank, std::unique_ptr<Transport> t) {
+  if (rank != 3) return t;
+  return std::make_unique<testing::TamperingTransport>(
+      std::move(t),
+      [](const RecvOp& r) { static_cast<uint8_t*>(r.data)[0] ^= 0x5a; });
+}
+
 // The executor reaches the states only through their StateMemory, as it
 // can only reach a GPU's memory through CUDA: in a GuardedMemory (PROT_NONE
 // outside its operations and the transport's rounds) a join arrives bit
@@ -279,14 +288,7 @@ TEST(ExecutorTest, CorruptedBytesInDeviceMemoryAreDataLoss) {
   auto gloo = MakeGlooTransportFactory();
   testing::RankHooks hooks;
   hooks.guarded_memory = true;
-  hooks.wrap = [](int rank, std::unique_ptr<Transport> t)
-      -> std::unique_ptr<Transport> {
-    if (rank != 3) return t;
-    return std::make_unique<testing::TamperingTransport>(
-        std::move(t), [](const RecvOp& r) {
-          static_cast<uint8_t*>(r.data)[0] ^= 0x5a;
-        });
-  };
+  hooks.wrap = CorruptWhatRank3Receives;
   hooks.check = [](int rank, absl::Status run, const ExecutionReport& r,
                    const ShardSet&, const ShardSet&) {
     if (rank != 3) return absl::OkStatus();
@@ -304,14 +306,7 @@ TEST(ExecutorTest, CorruptedBytesInDeviceMemoryAreDataLoss) {
 TEST(ExecutorTest, CorruptedBytesFailNamingTheTransferAndKeepTheOldState) {
   auto gloo = MakeGlooTransportFactory();
   testing::RankHooks hooks;
-  hooks.wrap = [](int rank, std::unique_ptr<Transport> t)
-      -> std::unique_ptr<Transport> {
-    if (rank != 3) return t;
-    return std::make_unique<testing::TamperingTransport>(
-        std::move(t), [](const RecvOp& r) {
-          static_cast<uint8_t*>(r.data)[0] ^= 0x5a;
-        });
-  };
+  hooks.wrap = CorruptWhatRank3Receives;
   hooks.check = [](int rank, absl::Status run, const ExecutionReport& r,
                    const ShardSet& old_state, const ShardSet&) {
     if (rank != 3) return absl::OkStatus();  // peers may finish or not
