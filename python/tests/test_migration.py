@@ -3,6 +3,7 @@ agent's message with every bad field named, and the canonical byte view of a
 trainer's tensors (reads and in-place writes at any byte offset, through the
 transposed storage of row-parallel weights)."""
 
+import dataclasses
 import types
 
 import numpy as np
@@ -17,10 +18,12 @@ from arachne_torch.job import BadRequest
 from arachne_torch.trainer import _Param
 
 
-def fake_trainer(seed):
+def fake_trainer(seed, big=False):
     """Two parameters as a trainer holds them: a row-parallel [6, 10]
     linear whose canonical rows 2..6 (of 10) this rank holds, stored
-    transposed as [6, 5], and a replicated norm of 6; then the scalars."""
+    transposed as [6, 5], and a replicated norm of 6; then the scalars.
+    `big`: the same two, a [300, 2000] linear (rows 150..1750 held, about
+    1.9 MB of fp32 a kind) and a norm of 300000 (1.2 MB a kind)."""
     tensors, params = [], []
     g = torch.Generator().manual_seed(seed)
 
@@ -42,8 +45,12 @@ def fake_trainer(seed):
         p.adam_v = torch.randn(p.master.shape, generator=g)
         params.append(p)
 
-    add("down.weight", (6, 10), "row", (2, 7), (10, 6))
-    add("norm.weight", (6,), "replicated", (0, 6), (6,))
+    if big:
+        add("down.weight", (300, 2000), "row", (150, 1750), (2000, 300))
+        add("norm.weight", (300000,), "replicated", (0, 300000), (300000,))
+    else:
+        add("down.weight", (6, 10), "row", (2, 7), (10, 6))
+        add("norm.weight", (6,), "replicated", (0, 6), (6,))
     tensors.append(st.StateTensor(st.TRAIN_STATE_TENSOR, "scalars", -3, -1,
                                   (st.NUM_SCALARS,), "replicated"))
     return types.SimpleNamespace(params=params, tensors=tensors,
@@ -278,16 +285,17 @@ def test_two_ranks_move_a_state_bit_for_bit():
 def test_a_segment_that_fails_its_checksum_is_data_loss(monkeypatch):
     src, dst = fake_trainer(7), zeroed(fake_trainer(8))
     import threading
-    real = mig.segment_checksum
+    real = mig.Checksum.value
     calls = []
 
-    def wrong_on_the_senders_second(data):
-        v = real(data)
+    def wrong_on_the_senders_second(self):
+        v = real(self)
         if threading.current_thread().name != "rank0":
             return v
         calls.append(1)
         return v ^ 1 if len(calls) == 2 else v
-    monkeypatch.setattr(mig, "segment_checksum", wrong_on_the_senders_second)
+    # The sender finishes one checksum per segment, in segment order.
+    monkeypatch.setattr(mig.Checksum, "value", wrong_on_the_senders_second)
     names = lambda r: f"node x GPU {r}"
 
     def sender(g):
@@ -345,3 +353,260 @@ def test_a_peer_that_never_sends_fails_the_round_within_its_timeout():
     assert got.code == "DEADLINE_EXCEEDED", got
     assert str(got).startswith(
         "migration stage 1 round 0: receive from rank 0 (rank 0):"), got
+
+
+# -- bounded staging: the wire plan and a transfer larger than the staging --
+
+def random_transfer(rng, n, tensors=4, send=True):
+    """`n` segments of random sizes (a quarter of them 256 KiB or more, up
+    to 3 MiB) at random byte offsets."""
+    segs = []
+    for _ in range(n):
+        size = int(rng.integers(mig.DIRECT_SEGMENT_BYTES, 3 << 20)) \
+            if rng.random() < 0.25 else int(rng.integers(1, 200 << 10))
+        begin = int(rng.integers(0, 1 << 30))
+        segs.append(mig.Segment(int(rng.integers(0, tensors)), begin,
+                                begin + size))
+    return mig.Transfer(0, 1, send, tuple(segs))
+
+
+@pytest.mark.parametrize("staging", [1 << 20, 3 << 20, 256 << 20])
+def test_the_wire_plan_bounds_every_sub_round_and_both_ends_agree(staging):
+    rng = np.random.default_rng(staging)
+    half = staging // 2
+    for trial in range(30):
+        t = random_transfer(rng, int(rng.integers(1, 60)))
+        plan = mig.plan_wire(t, staging)
+        # The receiver derives the same messages from the same transfer.
+        assert plan == mig.plan_wire(dataclasses.replace(t, send=False),
+                                     staging)
+        msgs = plan.messages
+        assert msgs[0] == mig.Message("header", 8)
+        assert msgs[-1] == mig.Message("sums", 8 * len(t.segments))
+        assert [m.kind for m in msgs].count("header") == 1
+        assert [m.kind for m in msgs].count("sums") == 1
+        covered = [[] for _ in t.segments]
+        for k, sub in enumerate(plan.subrounds):
+            assert sub, k
+            # What a sub-round copies, at most: half the staging.
+            assert plan.staging_bytes(k) <= half
+            assert [m.kind for m in sub if m.kind == "pack"] in ([], ["pack"])
+            for m in sub:
+                assert m.size <= half
+                if m.kind == "direct":
+                    (p,) = m.pieces
+                    s = t.segments[p.segment]
+                    assert s.bytes >= mig.DIRECT_SEGMENT_BYTES
+                    assert (p.at, p.bytes, m.lead) == \
+                        (0, m.size, (s.begin + p.begin) % 8)
+                    # Cut only at aligned canonical bytes.
+                    assert p.end == s.bytes or (s.begin + p.end) % 8 == 0
+                if m.kind == "pack":
+                    end = 0
+                    for p in m.pieces:
+                        s = t.segments[p.segment]
+                        assert s.bytes < mig.DIRECT_SEGMENT_BYTES
+                        assert (p.begin, p.end) == (0, s.bytes)
+                        assert p.at >= end and p.at - end < 8
+                        assert (p.at - s.begin) % 8 == 0
+                        end = p.at + p.bytes
+                    assert end == m.size
+                for p in m.pieces:
+                    covered[p.segment].append((p.begin, p.end))
+        # Every byte of every segment travels once, in order.
+        for s, c in zip(t.segments, covered):
+            assert c[0][0] == 0 and c[-1][1] == s.bytes
+            assert all(a[1] == b[0] for a, b in zip(c, c[1:]))
+
+
+def test_a_large_segment_is_cut_into_chunks_that_fill_the_sub_rounds():
+    staging = 1 << 20
+    t = mig.Transfer(0, 1, True, (mig.Segment(0, 3, 3 + (5 << 20) + 5),))
+    plan = mig.plan_wire(t, staging)
+    sizes = [m.size for m in plan.messages if m.kind == "direct"]
+    assert sum(sizes) == (5 << 20) + 5
+    assert len(plan.subrounds) == len(sizes) == 11
+    assert all(plan.staging_bytes(k) == staging // 2
+               for k in range(len(plan.subrounds) - 1))
+
+
+def test_each_message_has_its_own_tag_across_rounds_and_stages():
+    ex = mig.Executor(mig.RankMigration(0, 3, (), {1: (), 2: ()}), None,
+                      None, None, [], str, staging_bytes=1 << 20)
+    big = (mig.Segment(0, 0, 3 << 20),)
+    transfers = [mig.Transfer(0, 1, True, big), mig.Transfer(0, 2, False, big),
+                 mig.Transfer(1, 1, True, big), mig.Transfer(1, 1, False, big),
+                 mig.Transfer(2, 1, True, big)]
+    plans = [mig.plan_wire(t, 1 << 20) for t in transfers]
+    n = len(plans[0].messages)
+    assert n > 2
+    for stage, base in ((1, 0), (2, 1 << 30)):
+        assert ex._first_tags(stage, transfers, plans) == \
+            [base, base, base + n, base, base + 2 * n]
+
+
+def test_the_share_takes_the_staging_size_at_prepare(monkeypatch):
+    tensors = fake_trainer(0).tensors
+    monkeypatch.setenv(mig.STAGING_ENV, "3145728")
+    s = mig.RankMigration.from_proto(share(), tensors, 1, 3)
+    assert s.staging_bytes == 3 << 20
+    assert mig.Executor(s, None, None, None, tensors, str).staging_bytes == \
+        3 << 20
+    monkeypatch.setenv(mig.STAGING_ENV, "lots")
+    with pytest.raises(BadRequest) as e:
+        mig.RankMigration.from_proto(share(), tensors, 1, 3)
+    assert str(e.value) == ('ARACHNE_TORCH_STAGING_BYTES: must be an integer '
+                            'in 1048576..68719476736 (bytes), got "lots"')
+
+
+def test_the_staging_size_comes_from_the_environment_in_range():
+    assert mig.staging_bytes_option({}) == 256 << 20
+    assert mig.staging_bytes_option({mig.STAGING_ENV: ""}) == 256 << 20
+    assert mig.staging_bytes_option({mig.STAGING_ENV: "1048576"}) == 1 << 20
+    assert mig.staging_bytes_option({mig.AGENT_STAGING_ENV: "64"}) == 64 << 20
+    assert mig.staging_bytes_option({mig.AGENT_STAGING_ENV: "64",
+                                     mig.STAGING_ENV: "2097152"}) == 2 << 20
+    for env, message in [
+        ({mig.STAGING_ENV: "1048575"},
+         'ARACHNE_TORCH_STAGING_BYTES: must be an integer in '
+         '1048576..68719476736 (bytes), got "1048575"'),
+        ({mig.STAGING_ENV: "256MiB"},
+         'ARACHNE_TORCH_STAGING_BYTES: must be an integer in '
+         '1048576..68719476736 (bytes), got "256MiB"'),
+        ({mig.AGENT_STAGING_ENV: "65537"},
+         'ARACHNE_MIGRATION_STAGING_MIB: must be an integer in 1..65536 '
+         '(MiB), got "65537"'),
+    ]:
+        with pytest.raises(BadRequest) as e:
+            mig.staging_bytes_option(env)
+        assert str(e.value) == message
+    with pytest.raises(BadRequest) as e:
+        mig.Executor(mig.RankMigration(0, 2, (), {1: (), 2: ()}), None, None,
+                     None, [], str, staging_bytes=4096)
+    assert str(e.value) == ("staging_bytes: must be an integer in "
+                            "1048576..68719476736, got 4096")
+
+
+def cut_share(t, rank, peer, send, rng, rounds=3):
+    """Everything `t` holds in `rounds` rounds, each tensor cut at random
+    bytes (not on element boundaries) into small and large segments."""
+    m = agent_pb2.RankMigration(rank=rank, world_size=2,
+                                stage1_rounds=rounds)
+    per_round = [[] for _ in range(rounds)]
+    for i in range(len(t.tensors)):
+        data, first = canonical_bytes(t, i)
+        at = 0
+        while at < len(data):
+            n = int(rng.integers(1, 100 << 10)) if rng.random() < 0.6 else \
+                int(rng.integers(256 << 10, 1500 << 10))
+            n = min(n, len(data) - at)
+            per_round[int(rng.integers(0, rounds))].append(
+                (i, first + at, first + at + n))
+            at += n
+    for r, segs in enumerate(per_round):
+        x = m.stage1.add(round=r, peer=peer, send=send)
+        for i, b, e in segs:
+            x.segments.add(tensor=i, begin=b, end=e)
+    return mig.RankMigration.from_proto(m, t.tensors, rank, 2)
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_transfer_larger_than_the_staging_moves_bit_for_bit(staged,
+                                                               monkeypatch):
+    """About 11 MB from rank 0 to rank 1 with 1 MiB of staging: the
+    replicated norm straight from tensor to tensor, the transposed weight
+    and the packs through the staging, never more than 512 KiB a buffer
+    (`staged`: every byte through host buffers, as for CUDA tensors)."""
+    staging = 1 << 20
+    src, dst = fake_trainer(7, big=True), zeroed(fake_trainer(8, big=True))
+    total = sum(len(canonical_bytes(src, i)[0])
+                for i in range(len(src.tensors)))
+    assert total > 10 * staging
+    asked = []
+    real_get = mig._Staging.get
+
+    def get(self, send, n):
+        asked.append(n)
+        return real_get(self, send, n)
+    monkeypatch.setattr(mig._Staging, "get", get)
+    names = lambda r: f"rank {r}"
+
+    def sender(g):
+        share = cut_share(src, 0, 1, True, np.random.default_rng(5))
+        return mig.Executor(share, g, mig.CanonicalState(src, staged), None,
+                            src.tensors, names, staging).run_stage(1, 30)
+
+    def receiver(g):
+        share = cut_share(dst, 1, 0, False, np.random.default_rng(5))
+        ex = mig.Executor(share, g, None, mig.CanonicalState(dst, staged),
+                          dst.tensors, names, staging)
+        report = ex.run_stage(1, 30)
+        ex.new.commit_scalars()
+        return report
+
+    sent, got = run_pair(sender, receiver)
+    assert not isinstance(sent, Exception), sent
+    assert not isinstance(got, Exception), got
+    assert (sent.rounds, sent.bytes_sent) == (3, total)
+    assert (got.rounds, got.bytes_received) == (3, total)
+    assert sent.subrounds == got.subrounds > 2 * total // staging
+    assert asked and max(asked) <= staging // 2
+    assert 0 < sent.staging_peak <= staging // 2
+    assert 0 < got.staging_peak <= staging // 2
+    for i in range(len(src.tensors)):
+        assert canonical_bytes(dst, i) == canonical_bytes(src, i), i
+
+
+def test_kept_bytes_are_copied_through_bounded_chunks(monkeypatch):
+    src = fake_trainer(7, big=True)
+    asked = []
+    real_get = mig._Staging.get
+
+    def get(self, send, n):
+        asked.append(n)
+        return real_get(self, send, n)
+    monkeypatch.setattr(mig._Staging, "get", get)
+    kept = []
+    for i in range(len(src.tensors)):
+        data, first = canonical_bytes(src, i)
+        kept += [mig.Segment(i, first, first + 13),
+                 mig.Segment(i, first + 13, first + len(data))]
+    for staged_old, staged_new in ((False, False), (True, False),
+                                   (False, True), (True, True)):
+        d = zeroed(fake_trainer(8, big=True))
+        ex = mig.Executor(mig.RankMigration(0, 1, tuple(kept),
+                                            {1: (), 2: ()}), None,
+                          mig.CanonicalState(src, staged_old),
+                          mig.CanonicalState(d, staged_new), src.tensors,
+                          str, staging_bytes=1 << 20)
+        assert ex.copy_kept() == sum(s.bytes for s in kept)
+        ex.new.commit_scalars()
+        for i in range(len(src.tensors)):
+            assert canonical_bytes(d, i) == canonical_bytes(src, i), \
+                (staged_old, staged_new, i)
+    # Only where neither side is in place, through at most 512 KiB.
+    assert asked and max(asked) <= 1 << 19
+
+
+def test_ranks_with_different_staging_sizes_are_refused():
+    src, dst = fake_trainer(7), zeroed(fake_trainer(8))
+    names = lambda r: f"rank {r}"
+
+    def sender(g):
+        return mig.Executor(whole_share(src, 0, 1, True, 37), g,
+                            mig.CanonicalState(src), None, src.tensors,
+                            names, 2 << 20).run_stage(1, 3)
+
+    def receiver(g):
+        return mig.Executor(whole_share(dst, 1, 0, False, 37), g, None,
+                            mig.CanonicalState(dst), dst.tensors,
+                            names, 1 << 20).run_stage(1, 3)
+
+    _, got = run_pair(sender, receiver, timeout_s=10)
+    assert isinstance(got, mig.MigrationError), got
+    assert got.code == "FAILED_PRECONDITION"
+    assert str(got) == (
+        "migration stage 1 round 0: receive from rank 0 (rank 0): rank 0 "
+        "stages 2097152 bytes, this rank 1048576: every engine of a switch "
+        "must use the same staging size (ARACHNE_TORCH_STAGING_BYTES or "
+        "ARACHNE_MIGRATION_STAGING_MIB)")
