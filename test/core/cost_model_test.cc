@@ -450,5 +450,143 @@ TEST_F(CostModelTest, BalanceAndPriceIsBalanceThenIterationTime) {
                             Infeasibility::kBadBatch}));
 }
 
+// A PricingScratch keeps each template's stage times, gradient sync,
+// optimizer step and memory between the candidates it prices: over random
+// sequences of the moves a fill makes (any template's micro-batch size,
+// layer split or expert tiling, and back to an earlier candidate, so kept
+// templates are met again), pricing with it is pricing afresh, bit for bit,
+// with the same reason when infeasible and the same micro-batch counts; so
+// are its balance and stage times. Dense and MoE, every framework preset
+// (FSDP gathers read the plan's replicas), some plans out of memory.
+TEST_F(CostModelTest, PricingScratchMatchesFreshPricingOverMoveSequences) {
+  // Activations 1 to 12 times the toy's, so that some templates fit in
+  // memory with few micro-batches in flight and not with more.
+  auto with_activations = [](const ProfileStore& base, int factor) {
+    ProfileStore heavy;
+    for (const ProfileEntry* e : base.Entries()) {
+      ProfileEntry copy = *e;
+      copy.activation_bytes *= factor;
+      CHECK(heavy.Add(copy).ok());
+    }
+    return heavy;
+  };
+  std::vector<ProfileStore> dense, moe;
+  for (int factor = 1; factor <= 12; ++factor) {
+    dense.push_back(with_activations(profiles_, factor));
+    moe.push_back(with_activations(testing::ToyProfiles("toymoe"), factor));
+  }
+  std::mt19937 rng(35);
+  int priced = 0, steps = 0, multi = 0;
+  std::set<Infeasibility> reasons;
+  for (int trial = 0; trial < 1000; ++trial) {
+    std::vector<std::pair<int, int>> nodes;
+    for (int i = 0, n = 6 + rng() % 10; i < n; ++i) {
+      static constexpr int kSizes[] = {1, 2, 4};
+      nodes.push_back({static_cast<int>(rng() % 2), kSizes[rng() % 3]});
+    }
+    const Cluster cluster = MakeCluster(catalog_, nodes);
+    TrainingConfig training = testing::ToyTraining();
+    training.global_batch = 4 << (rng() % 4);
+    training.distributed_optimizer = rng() % 2;
+    training.framework = FrameworkPresetConfig(
+        kAllFrameworkPresets[rng() % std::size(kAllFrameworkPresets)]);
+    const bool is_moe = rng() % 2;
+    const ProfileStore& profiles = (is_moe ? moe : dense)[rng() % 12];
+    auto created = CostModel::Create(
+        catalog_, is_moe ? testing::ToyMoeModel() : testing::ToyModel(),
+        training, cluster, profiles);
+    ASSERT_TRUE(created.ok()) << created.status();
+    const CostModel& cm = *created;
+    NodePool pool(cluster);
+    Plan plan;
+    for (int k = 0, templates = 2 + rng() % 3; k < templates; ++k) {
+      Template t;
+      t.stages.resize(1 + rng() % 4);
+      for (Stage& st : t.stages) {
+        st.gpu_type = static_cast<int>(rng() % 2);
+        st.tp = rng() % 16 == 0 ? 4 : 1 << (rng() % 2);  // 4: no profile
+      }
+      t.micro_batch_size = 1 << (rng() % 4);
+      t.replicas = 0;
+      for (int r = 0, cap = 1 + rng() % 3; r < cap; ++r)
+        if (pool.PlaceReplica(t.stages, &t.placement)) ++t.replicas;
+      if (t.replicas == 0) break;
+      ApplySplit(t, EvenSplit(4, t.depth()));
+      for (Stage& st : t.stages) st.tiling = {1, 1, st.tp * t.replicas};
+      plan.templates.push_back(std::move(t));
+    }
+    if (plan.templates.empty()) continue;
+    multi += plan.templates.size() > 1;
+    // One scratch for the whole sequence: placements, GPU types and TP
+    // stay (PricingScratch's contract).
+    CostModel::PricingScratch scratch;
+    std::vector<Plan> seen = {plan};
+    for (int step = 0; step < 40; ++step) {
+      Template& t = plan.templates[rng() % plan.templates.size()];
+      switch (rng() % 4) {
+        case 0:
+          t.micro_batch_size = 1 << (rng() % 4);
+          break;
+        case 1: {  // a random split of the 4 layers, >= 1 per stage
+          std::vector<int> split(t.depth(), 1);
+          for (int extra = 4 - t.depth(); extra > 0; --extra)
+            ++split[rng() % split.size()];
+          ApplySplit(t, split);
+          break;
+        }
+        case 2: {  // a random tiling ep x etp x edp of one stage's GPUs
+          Stage& st = t.stages[rng() % t.stages.size()];
+          const int w = st.tp * t.replicas;
+          std::vector<ExpertTiling> tilings;
+          for (int etp = 1; etp <= w; etp *= 2) {
+            if (w % etp != 0) continue;
+            for (int ep = 1; ep <= w / etp; ++ep)
+              if ((w / etp) % ep == 0)
+                tilings.push_back({ep, etp, w / (etp * ep)});
+          }
+          st.tiling = tilings[rng() % tilings.size()];
+          break;
+        }
+        default:
+          plan = seen[rng() % seen.size()];
+          break;
+      }
+      seen.push_back(plan);
+      Plan fresh = plan;
+      Infeasibility why_fresh = Infeasibility::kOk, why_kept = Infeasibility::kOk;
+      const double time_fresh = cm.BalanceAndPrice(fresh, &why_fresh);
+      const double time_kept = cm.BalanceAndPrice(plan, &why_kept, &scratch);
+      ASSERT_EQ(time_fresh, time_kept) << "trial " << trial << " step " << step;
+      ASSERT_EQ(why_fresh, why_kept) << "trial " << trial << " step " << step;
+      for (size_t j = 0; j < plan.templates.size(); ++j) {
+        ASSERT_EQ(fresh.templates[j].total_micro_batches,
+                  plan.templates[j].total_micro_batches)
+            << "trial " << trial << " step " << step << " template " << j;
+      }
+      std::isfinite(time_kept) ? ++priced : 0;
+      reasons.insert(why_kept);
+      ++steps;
+      // Balance and stage times with the scratch, as without.
+      Plan a = plan, b = plan;
+      ASSERT_EQ(cm.BalanceMicroBatches(a), cm.BalanceMicroBatches(b, &scratch));
+      for (size_t j = 0; j < a.templates.size(); ++j) {
+        ASSERT_EQ(a.templates[j].total_micro_batches,
+                  b.templates[j].total_micro_batches);
+        for (int s = 0; s < a.templates[j].depth(); ++s) {
+          ASSERT_EQ(cm.StageTime(a, static_cast<int>(j), s),
+                    cm.StageTime(a, static_cast<int>(j), s, scratch))
+              << "trial " << trial << " step " << step;
+        }
+      }
+    }
+  }
+  EXPECT_GT(multi, 600);
+  EXPECT_GT(priced, 6000) << "of " << steps;
+  EXPECT_THAT(reasons, ::testing::IsSupersetOf(
+                           {Infeasibility::kOk, Infeasibility::kMissingProfile,
+                            Infeasibility::kOutOfMemory,
+                            Infeasibility::kBadBatch}));
+}
+
 }  // namespace
 }  // namespace arachne

@@ -295,18 +295,36 @@ void CostModel::FillFacts(const Template& t, PlacementFacts& f) const {
   f.only_node = one_node ? first_node : -1;
 }
 
+const CostModel::PlacementFacts* CostModel::ScratchFacts(
+    const Plan& plan, PricingScratch& scratch) const {
+  const int n = static_cast<int>(plan.templates.size());
+  if (static_cast<int>(scratch.facts_.size()) != n) {
+    // Another plan: the stage times kept for the last one go with its facts.
+    scratch.facts_.resize(n);
+    scratch.timed_.clear();
+    for (int j = 0; j < n; ++j) FillFacts(plan.templates[j], scratch.facts_[j]);
+  }
+  return scratch.facts_.data();
+}
+
+namespace {
+// Whether `a` and `b` are priced the same apart from their placement.
+bool SameStage(const Stage& a, const Stage& b) {
+  return a.gpu_type == b.gpu_type && a.tp == b.tp &&
+         a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
+         a.tiling == b.tiling;
+}
+}  // namespace
+
 Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
                                      PlanWork& work,
                                      PricingScratch* scratch) const {
   const int n = static_cast<int>(plan.templates.size());
-  if (scratch != nullptr && static_cast<int>(scratch->facts_.size()) == n) {
-    work.facts = scratch->facts_.data();
+  if (scratch != nullptr) {
+    work.facts = ScratchFacts(plan, *scratch);
   } else {
     PlacementFacts* out = work.inline_facts.data();
-    if (scratch != nullptr) {
-      scratch->facts_.resize(n);
-      out = scratch->facts_.data();
-    } else if (n > static_cast<int>(work.inline_facts.size())) {
+    if (n > static_cast<int>(work.inline_facts.size())) {
       work.heap_facts.resize(n);
       out = work.heap_facts.data();
     }
@@ -317,15 +335,51 @@ Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
   work.max_t.assign(n, 0.0);
   work.sum_t.assign(n, 0.0);
   work.stage_t.clear();
+  // A stage's time reads, besides its template and its facts, the plan's
+  // template count and replicas (parameter gathers under FSDP).
+  int total_replicas = 0;
+  if (scratch != nullptr) {
+    for (const Template& t : plan.templates) total_replicas += t.replicas;
+    scratch->timed_.resize(n);
+  }
   for (int j = 0; j < n; ++j) {
-    for (int s = 0; s < plan.templates[j].depth(); ++s) {
-      const double ts = StageTimeTerms(plan, j, s, work.facts[j],
-                                       CellsOf(plan.templates[j], s))
-                            .total();
+    const Template& t = plan.templates[j];
+    PricingScratch::TimedTemplate* kept =
+        scratch != nullptr ? &scratch->timed_[j] : nullptr;
+    if (kept != nullptr && kept->valid &&
+        kept->micro_batch_size == t.micro_batch_size &&
+        kept->replicas == t.replicas &&
+        kept->total_replicas == total_replicas && kept->templates == n &&
+        kept->stages.size() == t.stages.size() &&
+        std::equal(t.stages.begin(), t.stages.end(), kept->stages.begin(),
+                   SameStage)) {
+      work.stage_t.insert(work.stage_t.end(), kept->stage_t.begin(),
+                          kept->stage_t.end());
+      work.max_t[j] = kept->max_t;
+      work.sum_t[j] = kept->sum_t;
+      continue;
+    }
+    if (kept != nullptr) kept->valid = false;
+    const size_t first = work.stage_t.size();
+    for (int s = 0; s < t.depth(); ++s) {
+      const double ts =
+          StageTimeTerms(plan, j, s, work.facts[j], CellsOf(t, s)).total();
       if (!std::isfinite(ts)) return Infeasibility::kMissingProfile;
       work.stage_t.push_back(ts);
       work.max_t[j] = std::max(work.max_t[j], ts);
       work.sum_t[j] += ts;
+    }
+    if (kept != nullptr) {
+      kept->valid = true;
+      kept->priced = false;
+      kept->micro_batch_size = t.micro_batch_size;
+      kept->replicas = t.replicas;
+      kept->total_replicas = total_replicas;
+      kept->templates = n;
+      kept->stages.assign(t.stages.begin(), t.stages.end());
+      kept->stage_t.assign(work.stage_t.begin() + first, work.stage_t.end());
+      kept->max_t = work.max_t[j];
+      kept->sum_t = work.sum_t[j];
     }
   }
   return Infeasibility::kOk;
@@ -427,6 +481,13 @@ double CostModel::StageTime(const Plan& plan, int t, int s) const {
       .total();
 }
 
+double CostModel::StageTime(const Plan& plan, int t, int s,
+                            PricingScratch& scratch) const {
+  return StageTimeTerms(plan, t, s, ScratchFacts(plan, scratch)[t],
+                        CellsOf(plan.templates[t], s))
+      .total();
+}
+
 [[gnu::always_inline]] inline CostModel::StageParams CostModel::ParamsOf(const Template& t, int s,
                                           const StageCells& cells) const {
   const Stage& st = t.stages[s];
@@ -523,7 +584,8 @@ StageMemory CostModel::StageMemoryOf(const Plan& plan, int t, int s) const {
   return m;
 }
 
-Infeasibility CostModel::BalanceMicroBatches(Plan& plan) const {
+Infeasibility CostModel::BalanceMicroBatches(Plan& plan,
+                                             PricingScratch* scratch) const {
   const int n = static_cast<int>(plan.templates.size());
   const int64_t batch = training_.global_batch;
   if (n == 0) return Infeasibility::kBadStructure;
@@ -535,7 +597,7 @@ Infeasibility CostModel::BalanceMicroBatches(Plan& plan) const {
                                                : Infeasibility::kBadBatch;
   }
   PlanWork work;
-  if (Infeasibility w = PrepareWork(plan, /*stage_times=*/true, work);
+  if (Infeasibility w = PrepareWork(plan, /*stage_times=*/true, work, scratch);
       w != Infeasibility::kOk)
     return w;
   return BalanceWith(plan, work);
@@ -672,11 +734,12 @@ double CostModel::BalanceAndPrice(Plan& plan, Infeasibility* why,
     if (Infeasibility w = BalanceWith(plan, work); w != Infeasibility::kOk)
       return fail(w);
   }
-  return EvaluateWith(plan, work, why, nullptr);
+  return EvaluateWith(plan, work, why, nullptr, scratch);
 }
 
 double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
-                               Infeasibility* why, Prediction* detail) const {
+                               Infeasibility* why, Prediction* detail,
+                               PricingScratch* scratch) const {
   auto fail = [&](Infeasibility w) {
     if (why) *why = w;
     return kInfeasible;
@@ -721,9 +784,57 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
   double worst_pipeline = 0, worst_sync = 0, worst_opt = 0;
   int critical = 0;
   size_t stage_index = 0;  // into work.stage_t
+  // The scratch's templates PrepareWork keyed for this plan (timed: more
+  // than one template). Under the scratch's contract the placement facts,
+  // hence plan_single_node and plan_min_ring_share, are the same for every
+  // plan it prices; with the key (stages, micro-batch size, replicas, the
+  // plan's template and replica counts) and the stage times, so are each
+  // stage's gradient sync and optimizer step. Only the memory reads the
+  // balance (micro-batches in flight: min(d - s, the busiest replica's),
+  // the same for every balance with at least d).
+  PricingScratch::TimedTemplate* kept_all =
+      scratch != nullptr && timed && detail == nullptr &&
+              scratch->timed_.size() == plan.templates.size()
+          ? scratch->timed_.data()
+          : nullptr;
   for (size_t j = 0; j < plan.templates.size(); ++j) {
     const Template& t = plan.templates[j];
     const int d = t.depth();
+    PricingScratch::TimedTemplate* kept =
+        kept_all != nullptr && kept_all[j].valid ? &kept_all[j] : nullptr;
+    const bool deep = t.max_micro_batches() >= d;
+    if (kept != nullptr && kept->priced) {
+      if (!deep || kept->fits_deep == 0) {
+        for (int s = 0; s < d; ++s) {
+          const StageCells cells = CellsOf(t, s);
+          const StageMemory mem = MemoryWithParams(
+              plan, static_cast<int>(j), s, ParamsOf(t, s, cells), cells);
+          if (mem.total_gib() > UsableMemoryGib(t.stages[s].gpu_type)) {
+            if (deep) kept->fits_deep = -1;
+            return fail(Infeasibility::kOutOfMemory);
+          }
+        }
+        if (deep) kept->fits_deep = 1;
+      } else if (kept->fits_deep < 0) {
+        return fail(Infeasibility::kOutOfMemory);
+      }
+      stage_index += d;
+      worst_sync = std::max(worst_sync, kept->worst_sync);
+      worst_opt = std::max(worst_opt, kept->worst_opt);
+      const double m = t.max_micro_batches();
+      const double pipeline = (m - 1) * work.max_t[j] + work.sum_t[j];
+      if (pipeline > worst_pipeline) {
+        worst_pipeline = pipeline;
+        critical = static_cast<int>(j);
+      }
+      continue;
+    }
+    // This template's worst sync and optimizer step (their maxima over
+    // stages, as over the plan's: max is exact in any order), and whether
+    // it ran out of memory, when it is kept: then every stage is priced,
+    // for the scratch, before the plan fails.
+    double tmpl_sync = 0, tmpl_opt = 0;
+    bool oom = false;
     double max_t = 0, sum_t = 0;
     for (int s = 0; s < d; ++s) {
       const Stage& st = t.stages[s];
@@ -736,8 +847,10 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
         detail->stage_memory[j].push_back(mem);
         detail->max_memory_gib = std::max(detail->max_memory_gib, mem.total_gib());
       }
-      if (mem.total_gib() > UsableMemoryGib(st.gpu_type))
-        return fail(Infeasibility::kOutOfMemory);
+      if (mem.total_gib() > UsableMemoryGib(st.gpu_type)) {
+        if (kept == nullptr) return fail(Infeasibility::kOutOfMemory);
+        oom = true;
+      }
       // This stage's time per micro-batch: priced for the balance, or now.
       double stage_s;
       if (timed) {
@@ -789,14 +902,23 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
         g = OverlappedTime(backward, g, params_.overlap_compute_slowdown) -
             backward;
       }
-      worst_sync = std::max(worst_sync, g);
+      tmpl_sync = std::max(tmpl_sync, g);
       const double dist_ne = opt_sharded ? total_replicas : 1;
       const double dist_e = opt_sharded ? edp_all : 1;
       const double opt =
           (p_ne / dist_ne + (p_e > 0 ? p_e / dist_e : 0.0)) * step_bytes /
           (catalog_->type(st.gpu_type).hbm_gbps * 1e9);
-      worst_opt = std::max(worst_opt, opt);
+      tmpl_opt = std::max(tmpl_opt, opt);
     }
+    if (kept != nullptr) {
+      kept->priced = true;
+      kept->worst_sync = tmpl_sync;
+      kept->worst_opt = tmpl_opt;
+      kept->fits_deep = deep ? (oom ? -1 : 1) : 0;
+    }
+    if (oom) return fail(Infeasibility::kOutOfMemory);
+    worst_sync = std::max(worst_sync, tmpl_sync);
+    worst_opt = std::max(worst_opt, tmpl_opt);
     if (timed) {
       max_t = work.max_t[j];
       sum_t = work.sum_t[j];

@@ -78,10 +78,14 @@ class CostModel {
                                           const ProfileStore& profiles,
                                           CostParams params = {});
 
+  class PricingScratch;  // below
+
   // Sets each template's total_micro_batches so that the global batch is
   // split in whole micro-batches with the slowest replica as fast as
   // possible. Fails (kBadBatch) when the batch cannot be split exactly.
-  Infeasibility BalanceMicroBatches(Plan& plan) const;
+  // `scratch` (see PricingScratch) as BalanceAndPrice takes it.
+  Infeasibility BalanceMicroBatches(Plan& plan,
+                                    PricingScratch* scratch = nullptr) const;
 
   // Iteration time in seconds, or kInfeasible (why in *why when non-null).
   // Allocates only for plans of more than 16 templates; `plan` must be
@@ -113,10 +117,39 @@ class CostModel {
   // is added or removed and no placement, GPU type or TP changes (the
   // candidates auto-fill prices for one template differ only in micro-batch
   // size, layer split and expert tilings); a new fill takes a new one.
+  //
+  // It also keeps, per template, what pricing it costs apart from the
+  // balance: its stage times per micro-batch, its stages' worst gradient
+  // sync and optimizer step, and whether they fit in memory with every
+  // stage's micro-batches in flight at their most (d - s), keyed by what
+  // they depend on besides the placement (every stage's GPU type, TP,
+  // layers and expert tiling, the micro-batch size, its replicas, the
+  // plan's template and replica counts). A template a candidate leaves as
+  // it was (auto-fill's templates before the one it fills) is not priced
+  // again; its memory is checked again only when its busiest replica runs
+  // fewer micro-batches than it has stages. Prices, reasons and balances
+  // are those of pricing afresh, bit for bit (cost_model_test).
   class PricingScratch {
    private:
     friend class CostModel;
+    // The stage times of one template and the key they were priced under;
+    // `valid` false until priced (or after a stage had no profile).
+    struct TimedTemplate {
+      bool valid = false;
+      int micro_batch_size = 0, replicas = 0, total_replicas = 0,
+          templates = 0;
+      std::vector<Stage> stages;  // placement-free: gpu_type, tp, layers, tiling
+      std::vector<double> stage_t;
+      double max_t = 0, sum_t = 0;
+      // Once a plan with it was priced (`priced`): its stages' worst
+      // gradient sync and optimizer step, and whether they fit in memory
+      // with d - s micro-batches in flight on stage s (1, -1; 0 unknown).
+      bool priced = false;
+      double worst_sync = 0, worst_opt = 0;
+      int fits_deep = 0;
+    };
     std::vector<PlacementFacts> facts_;
+    std::vector<TimedTemplate> timed_;
   };
 
   // BalanceMicroBatches, then IterationTime when the balance succeeds (its
@@ -139,6 +172,11 @@ class CostModel {
   // Time of one micro-batch on stage `s` of template `t` (seconds), kInfeasible
   // when a profile is missing.
   double StageTime(const Plan& plan, int t, int s) const;
+  // The same, with the placement facts taken from `scratch` (computed into
+  // it for every template when it has none; see PricingScratch): for a
+  // search timing many variants of one placement.
+  double StageTime(const Plan& plan, int t, int s,
+                   PricingScratch& scratch) const;
 
   // Profiled cost of one layer of `kind`; nullptr-like (present=false) when
   // no entry exists. tp / mbs must be powers of two.
@@ -209,10 +247,17 @@ class CostModel {
   Infeasibility PrepareWork(const Plan& plan, bool stage_times,
                             PlanWork& work,
                             PricingScratch* scratch = nullptr) const;
+  // The scratch's facts for `plan`, computed when it holds none for a plan
+  // of this many templates.
+  const PlacementFacts* ScratchFacts(const Plan& plan,
+                                     PricingScratch& scratch) const;
   Infeasibility BalanceWith(Plan& plan, const PlanWork& work) const;
   // Evaluate with the work done: stage times reused when work has them.
+  // `scratch`: the one PrepareWork keyed for this plan (its kept
+  // templates' sync, optimizer step and memory reused).
   double EvaluateWith(const Plan& plan, const PlanWork& work,
-                      Infeasibility* why, Prediction* detail) const;
+                      Infeasibility* why, Prediction* detail,
+                      PricingScratch* scratch = nullptr) const;
 
   const GpuCatalog* catalog_ = nullptr;
   const Cluster* cluster_ = nullptr;

@@ -77,7 +77,8 @@ double AutoFill::PickExpertTilings(Plan& plan, int template_index,
   // A stage's activation memory counts the micro-batches in flight, which
   // the balance sets: balance this micro-batch size and split first, or
   // the memory check reads the counts of the candidate priced before.
-  if (cm_.BalanceMicroBatches(plan) != Infeasibility::kOk) return kInfeasible;
+  if (cm_.BalanceMicroBatches(plan, scratch) != Infeasibility::kOk)
+    return kInfeasible;
   for (int s = 0; s < t.depth(); ++s) {
     Stage& st = t.stages[s];
     if (model.MoeLayersIn(st.layer_begin, st.layer_end) == 0) {
@@ -101,7 +102,11 @@ double AutoFill::PickExpertTilings(Plan& plan, int template_index,
             cm_.UsableMemoryGib(st.gpu_type))
           continue;
         options[s].push_back(st.tiling);
-        const double time = cm_.StageTime(plan, template_index, s);
+        // The placement is the fill's: its facts are the scratch's.
+        const double time =
+            scratch != nullptr
+                ? cm_.StageTime(plan, template_index, s, *scratch)
+                : cm_.StageTime(plan, template_index, s);
         if (time < best_time) {
           best_time = time;
           best = st.tiling;
