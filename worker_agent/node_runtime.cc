@@ -164,6 +164,15 @@ struct NodeRuntime::Impl {
     return current && current->engines[i] ? current->engines[i].get()
                                           : nullptr;
   }
+  // The engine whose tensors GPU i's new engine shares (EngineArgs::
+  // share_with): its current one when the switch migrates and the GPU is
+  // not lost (nothing to share with for a checkpoint restore).
+  Engine* ShareSource(const PrepareArgs& args, bool migrate, int i) const {
+    const bool lost = std::find(args.lost.begin(), args.lost.end(),
+                                migration::GpuId{gpus.node, i}) !=
+                      args.lost.end();
+    return migrate && !lost ? CurrentEngine(i) : nullptr;
+  }
   void DropNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // ResourceExhausted naming the GPU, the bytes the switch to `gen` needs
   // on it and the bytes free there, when they do not fit (docs/migration.md,
@@ -184,10 +193,7 @@ absl::Status NodeRuntime::Impl::AdmitByMemory(const GenerationState& gen,
   for (int i = 0; i < gpus.count; ++i) {
     if (!gpus.Owns(i) || gen.plan_rank[i] < 0) continue;
     const Engine* old = CurrentEngine(i);
-    const bool lost = std::find(args.lost.begin(), args.lost.end(),
-                                migration::GpuId{gpus.node, i}) !=
-                      args.lost.end();
-    const bool shares = migrate && !lost && old != nullptr;
+    const bool shares = ShareSource(args, migrate, i) != nullptr;
     int64_t state = 0, shared = 0;
     for (const migration::Holding& h : gen.layout->holdings(gen.plan_rank[i])) {
       state += h.range.size();
@@ -552,10 +558,7 @@ absl::StatusOr<PrepareResult> NodeRuntime::Prepare(const PrepareArgs& args) {
     // 1-2 GB/s and was most of a migration's time when it happened during
     // the pause, bench/results/reconfig.md), and what this GPU keeps whole
     // is shared with its old engine, not copied.
-    const bool lost = std::find(args.lost.begin(), args.lost.end(),
-                                migration::GpuId{gpus_.node, i}) !=
-                      args.lost.end();
-    if (migrate && !lost) ea.share_with = m.CurrentEngine(i);
+    ea.share_with = m.ShareSource(args, migrate, i);
     ea.listen_host = gpus_.host;
     ea.timeout = gpus_.collective_timeout;
     ea.virtual_gpu_speed = gpus_.virtual_gpu_speed;

@@ -89,9 +89,11 @@ def test_reads_give_the_canonical_bytes_at_any_offset():
             assert view.read(seg).numpy().tobytes() == data[a:b], (tensor, a, b)
 
 
-def test_writes_land_in_place_at_any_offset_and_touch_nothing_else():
+@pytest.mark.parametrize("staged", [None, True])
+def test_writes_land_in_place_at_any_offset_and_touch_nothing_else(staged):
+    """`staged`: through host buffers, as for CUDA tensors."""
     t = fake_trainer(2)
-    view = mig.CanonicalState(t)
+    view = mig.CanonicalState(t, staged=staged)
     rng = np.random.default_rng(1)
     expected = {i: bytearray(canonical_bytes(t, i)[0])
                 for i in range(len(t.tensors))}
@@ -510,9 +512,21 @@ def cut_share(t, rank, peer, send, rng, rounds=3):
     return mig.RankMigration.from_proto(m, t.tensors, rank, 2)
 
 
+@pytest.fixture
+def asked(monkeypatch):
+    """The sizes of the staging buffers the executor asks for, in order."""
+    sizes = []
+    real_get = mig._Staging.get
+
+    def get(self, send, n):
+        sizes.append(n)
+        return real_get(self, send, n)
+    monkeypatch.setattr(mig._Staging, "get", get)
+    return sizes
+
+
 @pytest.mark.parametrize("staged", [False, True])
-def test_a_transfer_larger_than_the_staging_moves_bit_for_bit(staged,
-                                                               monkeypatch):
+def test_a_transfer_larger_than_the_staging_moves_bit_for_bit(staged, asked):
     """About 11 MB from rank 0 to rank 1 with 1 MiB of staging: the
     replicated norm straight from tensor to tensor, the transposed weight
     and the packs through the staging, never more than 512 KiB a buffer
@@ -522,13 +536,6 @@ def test_a_transfer_larger_than_the_staging_moves_bit_for_bit(staged,
     total = sum(len(canonical_bytes(src, i)[0])
                 for i in range(len(src.tensors)))
     assert total > 10 * staging
-    asked = []
-    real_get = mig._Staging.get
-
-    def get(self, send, n):
-        asked.append(n)
-        return real_get(self, send, n)
-    monkeypatch.setattr(mig._Staging, "get", get)
     names = lambda r: f"rank {r}"
 
     def sender(g):
@@ -557,15 +564,8 @@ def test_a_transfer_larger_than_the_staging_moves_bit_for_bit(staged,
         assert canonical_bytes(dst, i) == canonical_bytes(src, i), i
 
 
-def test_kept_bytes_are_copied_through_bounded_chunks(monkeypatch):
+def test_kept_bytes_are_copied_through_bounded_chunks(asked):
     src = fake_trainer(7, big=True)
-    asked = []
-    real_get = mig._Staging.get
-
-    def get(self, send, n):
-        asked.append(n)
-        return real_get(self, send, n)
-    monkeypatch.setattr(mig._Staging, "get", get)
     kept = []
     for i in range(len(src.tensors)):
         data, first = canonical_bytes(src, i)

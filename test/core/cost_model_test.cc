@@ -23,6 +23,18 @@ using ::arachne::testing::MakeCluster;
 using ::arachne::testing::MakeStage;
 using ::testing::HasSubstr;
 
+// Between `least` and least + spread - 1 nodes of the toy catalog's two
+// types, of 1, 2 or 4 GPUs each.
+std::vector<std::pair<int, int>> RandomNodes(std::mt19937& rng, int least,
+                                             int spread) {
+  std::vector<std::pair<int, int>> nodes;
+  for (int i = 0, n = least + static_cast<int>(rng() % spread); i < n; ++i) {
+    static constexpr int kSizes[] = {1, 2, 4};
+    nodes.push_back({static_cast<int>(rng() % 2), kSizes[rng() % 3]});
+  }
+  return nodes;
+}
+
 class CostModelTest : public ::testing::Test {
  protected:
   CostModel Build(const Cluster& cluster, TrainingConfig training =
@@ -371,12 +383,7 @@ TEST_F(CostModelTest, BalanceAndPriceIsBalanceThenIterationTime) {
   int priced = 0, infeasible = 0, multi = 0;
   std::set<Infeasibility> reasons;
   for (int trial = 0; trial < 1000; ++trial) {
-    std::vector<std::pair<int, int>> nodes;
-    for (int i = 0, n = 2 + rng() % 7; i < n; ++i) {
-      static constexpr int kSizes[] = {1, 2, 4};
-      nodes.push_back({static_cast<int>(rng() % 2), kSizes[rng() % 3]});
-    }
-    const Cluster cluster = MakeCluster(catalog_, nodes);
+    const Cluster cluster = MakeCluster(catalog_, RandomNodes(rng, 2, 7));
     TrainingConfig training = testing::ToyTraining();
     training.global_batch = 4 << (rng() % 4);
     training.distributed_optimizer = rng() % 2;
@@ -479,12 +486,7 @@ TEST_F(CostModelTest, PricingScratchMatchesFreshPricingOverMoveSequences) {
   int priced = 0, steps = 0, multi = 0;
   std::set<Infeasibility> reasons;
   for (int trial = 0; trial < 1000; ++trial) {
-    std::vector<std::pair<int, int>> nodes;
-    for (int i = 0, n = 6 + rng() % 10; i < n; ++i) {
-      static constexpr int kSizes[] = {1, 2, 4};
-      nodes.push_back({static_cast<int>(rng() % 2), kSizes[rng() % 3]});
-    }
-    const Cluster cluster = MakeCluster(catalog_, nodes);
+    const Cluster cluster = MakeCluster(catalog_, RandomNodes(rng, 6, 10));
     TrainingConfig training = testing::ToyTraining();
     training.global_batch = 4 << (rng() % 4);
     training.distributed_optimizer = rng() % 2;
