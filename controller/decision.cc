@@ -96,7 +96,7 @@ Decision Decide(const DecisionInput& in) {
       in.new_unmeasured_types.empty()
           ? ""
           : absl::StrFormat(
-                "; %s never measured: counted as %.3f it/s (%.0f%% margin)",
+                "; %s without a measured speed: counted as %.3f it/s (%.0f%% margin)",
                 absl::StrJoin(in.new_unmeasured_types, ", "),
                 d.new_throughput_counted, 100 * in.unmeasured_margin);
   const std::string rates =

@@ -169,8 +169,9 @@ TEST(Decision, AnUnmeasuredTypeCountsItsMarginAgainstTheSwitch) {
   EXPECT_DOUBLE_EQ(d.new_throughput, 10.5);
   EXPECT_THAT(d.unmeasured_types, ::testing::ElementsAre("A6000"));
   EXPECT_EQ(d.reason,
-            "a predicted gain of -4.5% (10.000 -> 10.500 it/s; A6000 never "
-            "measured: counted as 9.545 it/s (10% margin)) is not above the "
+            "a predicted gain of -4.5% (10.000 -> 10.500 it/s; A6000 without "
+            "a measured speed: counted as 9.545 it/s (10% margin)) is not "
+            "above the "
             "least gain a switch needs, 0.0%");
   // A gain well past the margin still switches: 10 -> 13 counts 11.818.
   in.new_throughput = 13;

@@ -485,8 +485,11 @@ TEST_F(RunCorrectionsTest, RefusesFixedCostProportionalToCompute) {
                         "scale"));
 }
 
-TEST_F(RunCorrectionsTest, RefusesTwoTypesThatOnlyRunTogether) {
-  // One run on A100 and H100 stages: two compute scales, one run.
+// One run on A100 and H100 stages: two compute scales, one run. Named,
+// the second scale refuses the fit; the automatic fit leaves it out with
+// the reason and fits the first (the controller's online fit, which had
+// refused every generation after a mixed plan's).
+TEST_F(RunCorrectionsTest, TwoTypesThatOnlyRunTogetherFitOneScale) {
   MeasuredRun run = MakeRun("a", "A100-80GB", 2, 1, 2, 4, 2);
   run.cluster = MakeCluster(
       "node_groups: [{gpu: A100-80GB, gpus_per_node: 4, count: 1}, "
@@ -496,11 +499,30 @@ TEST_F(RunCorrectionsTest, RefusesTwoTypesThatOnlyRunTogether) {
   ASSERT_TRUE(p.ok()) << p.status();
   run.plan = *p;
   run.measured_iteration_s = 5;
-  absl::StatusOr<FitResult> r = FitCorrections({run}, Options());
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(r.status().message(),
+  FitOptions named = Options();
+  named.parameters = {"compute_scale"};
+  absl::StatusOr<FitResult> refused = FitCorrections({run}, named);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
               HasSubstr("compute_scale[H100-80GB]: 1 fitted run for 2 "
                         "parameters"));
+
+  absl::StatusOr<FitResult> r = FitCorrections({run}, Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->corrections.compute_scale,
+              ::testing::ElementsAre(::testing::Key("A100-80GB")));
+  const FittedParameter* h100 = nullptr;
+  for (const FittedParameter& q : r->parameters)
+    if (q.name == "compute_scale[H100-80GB]") h100 = &q;
+  ASSERT_NE(h100, nullptr);
+  EXPECT_FALSE(h100->fitted);
+  EXPECT_EQ(h100->reason,
+            "1 fitted run for 2 parameters (compute_scale[A100-80GB], "
+            "compute_scale[H100-80GB]); a fit needs at least one run per "
+            "parameter");
+  // The one scale fitted passes through the run.
+  ASSERT_EQ(r->runs.size(), 1u);
+  EXPECT_NEAR(r->runs[0].after.iteration_s, 5, 5e-3);
 }
 
 // The attention scale separates the flash-attention kernel from the rest

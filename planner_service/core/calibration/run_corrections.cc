@@ -573,10 +573,11 @@ std::string RunsForParameters(int runs, const std::vector<Param>& params,
 }
 
 // Whether an optional parameter must also pass OptionalParameterDoubt: all
-// but the memory's first term, the additive reserve, which one run with a
+// but a scale (the automatic fit's compute scales: one run sets one) and
+// the memory's first term, the additive reserve, which one run with a
 // peak sets as one run sets a compute scale.
 bool NeedsSupport(const Param& q) {
-  return q.kind != ParamKind::kContextReserve;
+  return q.kind != ParamKind::kContextReserve && q.kind != ParamKind::kScale;
 }
 
 // Past this many fitted runs the cross-validation of an optional parameter
@@ -944,7 +945,14 @@ absl::StatusOr<FitResult> FitCorrections(const std::vector<MeasuredRun>& runs,
     if (!asked.contains(k.name) && (k.only_when_named || !automatic)) continue;
     for (const std::string& gpu : TypesUsed(time.pricers)) {
       cand.push_back(ScaleParam(k, gpu));
-      req.push_back(true);
+      // Named, a scale the runs do not determine refuses the fit. The
+      // automatic fit leaves it out and keeps the others: a GPU type whose
+      // stages were never on the critical path (a mixed plan's faster
+      // template) says nothing of its speed, but the runs still say how
+      // far the other types are from their profiles (the controller fits
+      // on every generation it measured, and refusing them all kept its
+      // first generation's corrections for the rest of the job).
+      req.push_back(asked.contains(k.name));
       start.push_back(0);
     }
   }
