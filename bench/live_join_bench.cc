@@ -8,8 +8,11 @@
 //           11, 15, 19 GPUs). Per join: when the controller saw it, its
 //           decision (the planner call and the decision's own time), and
 //           for a switch each phase as the controller timed it, the slowest
-//           agent's own time for it, the downtime, and the controller's
-//           overhead: downtime minus the agents' work.
+//           agent's own time for it, the downtime, the controller's
+//           overhead (downtime minus the agents' work), and the tokens/s
+//           the controller measured before and after
+//           (test/controller/growth_sequence.h, shared with the test that
+//           asserts no switch lowers it).
 //   churn   100 join / leave events in 60 s over a pool of 4-GPU agents the
 //           bench registers, heartbeats and drains itself, as a scheduler
 //           and the agents' registration loops would. Checks that every
@@ -40,189 +43,23 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
 #include "test/controller/controller_harness.h"
+#include "test/controller/growth_sequence.h"
 
 namespace arachne::controller::bench {
 namespace {
 
 using testing::ControllerProcess;
+using testing::GrowthJoin;
+using testing::GrowthResult;
+using testing::LiveJoinJobYaml;
+using testing::SwitchRecords;
 using testing::WaitFor;
 
 double Now() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
-// tiny-gpt at sequence 16, global batch 64 (examples/jobs/live-demo.yaml):
-// small enough for two cores, and large enough that the cost model finds
-// plans on more GPUs worth a switch over an hour's horizon.
-std::string JobYaml(double horizon_s, int min_gpus, double lease_s) {
-  // Enough iterations to outlast the run; the bench stops the job itself.
-  return absl::StrCat(
-      "model: {name: tiny-gpt}\n"
-      "training: {seq_len: 16, global_batch: 64}\n"
-      "engine: {learning_rate: 0.001, data_seed: 7, init_seed: 11}\n"
-      "iterations: 1000000\n"
-      "min_gpus: ", min_gpus, "\n",
-      "join_window_s: 0.3\n"
-      "switch_horizon_s: ", horizon_s, "\n",
-      "switch_fixed_cost_s: 2\n"
-      "timeouts: {lease_s: ", lease_s,
-      ", transfer_round_s: 10, phase_s: 30, switch_s: 90}\n"
-      "planner: {planner: exact, budget_s: 1}\n");
-}
-
-// Every switch the controller recorded (controller.db), by generation.
-std::map<int64_t, v1::SwitchTimings> SwitchRecords(const std::string& db_path) {
-  std::map<int64_t, v1::SwitchTimings> out;
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) !=
-      SQLITE_OK) {
-    sqlite3_close(db);
-    return out;
-  }
-  sqlite3_stmt* s = nullptr;
-  sqlite3_prepare_v2(db, "SELECT generation, timings_json FROM switches;", -1,
-                     &s, nullptr);
-  while (s != nullptr && sqlite3_step(s) == SQLITE_ROW) {
-    v1::SwitchTimings t;
-    const char* json = reinterpret_cast<const char*>(sqlite3_column_text(s, 1));
-    if (json != nullptr &&
-        google::protobuf::util::JsonStringToMessage(json, &t).ok()) {
-      out[sqlite3_column_int64(s, 0)] = t;
-    }
-  }
-  sqlite3_finalize(s);
-  sqlite3_close(db);
-  return out;
-}
-
-// The time of the first event of `kind` whose message contains `text`.
-double EventTime(const std::vector<v1::Event>& events, const std::string& kind,
-                 const std::string& text) {
-  for (const v1::Event& e : events) {
-    if (e.kind() == kind && absl::StrContains(e.message(), text)) {
-      return e.time_unix_s();
-    }
-  }
-  return 0;
-}
-
-// A plan in one line: per template, each replica's stages as node:GPUs
-// ("pro6000-0:0 | a6000-0:0,1" is two stages), and the prediction.
-std::string PlanSummary(const v1::GetStatusResponse& s) {
-  std::vector<std::string> templates;
-  for (const v1::Template& t : s.plan().templates()) {
-    std::vector<std::string> replicas;
-    for (const v1::ReplicaPlacement& r : t.placement()) {
-      std::vector<std::string> stages;
-      for (const v1::StagePlacement& st : r.stages()) {
-        stages.push_back(absl::StrCat(st.node(), ":", absl::StrJoin(st.gpus(), ",")));
-      }
-      replicas.push_back(absl::StrJoin(stages, " | "));
-    }
-    templates.push_back(absl::StrCat("[", absl::StrJoin(replicas, "] ["), "]"));
-  }
-  return absl::StrFormat("%s, %.1f it/s predicted",
-                         absl::StrJoin(templates, " + "),
-                         s.plan().throughput_iters_per_s());
-}
-
 double AgentWork(const v1::SwitchTimings& t) {
   return t.agent_pause_s() + t.agent_stage1_s() + t.agent_stage2_s() +
          t.agent_rebuild_s() + t.agent_resume_s();
-}
-
-struct JoinRow {
-  std::string node, gpu_type;
-  int gpus_after = 0;
-  double seen_s = 0;  // agent registered -> decision recorded
-  v1::Decision decision;
-  v1::SwitchTimings timings;  // a switch only
-  std::string plan_after;
-  double tokens_per_s_before = 0, tokens_per_s_after = 0;
-};
-
-// ---- growth ----
-
-absl::Status Growth(const std::string& dir, std::vector<JoinRow>* rows,
-                    std::string* first_plan) {
-  ControllerProcess controller(dir);
-  if (absl::Status s = controller.Start(JobYaml(3600, 3, 5)); !s.ok()) return s;
-  std::vector<std::unique_ptr<agent::testing::AgentProcess>> agents;
-  auto start = [&](const std::string& node, int gpus, const std::string& type) {
-    agents.push_back(std::make_unique<agent::testing::AgentProcess>(
-        node, gpus, dir,
-        std::vector<std::string>{"--controller", controller.address()}, type));
-    return agents.back()->Start();
-  };
-  if (absl::Status s = start("pro6000-0", 3, "RTX-PRO-6000"); !s.ok()) return s;
-  absl::StatusOr<v1::GetStatusResponse> st = WaitFor(
-      controller,
-      [](const v1::GetStatusResponse& s) {
-        return s.generation() == 1 && s.phase() == "running" &&
-               s.iteration() >= 3;
-      },
-      absl::Seconds(120), "the first plan training");
-  if (!st.ok()) return st.status();
-  *first_plan = PlanSummary(*st);
-
-  const std::vector<std::pair<std::string, std::string>> joins = {
-      {"a6000-0", "A6000"}, {"a5000-0", "A5000"},
-      {"a6000-1", "A6000"}, {"a6000-2", "A6000"}};
-  int gpus = 3;
-  for (const auto& [node, type] : joins) {
-    JoinRow row;
-    row.node = node;
-    row.gpu_type = type;
-    gpus += 4;
-    row.gpus_after = gpus;
-    row.tokens_per_s_before = st->tokens_per_s();
-    const int decisions_before = st->decisions_size() > 0
-                                     ? static_cast<int>(st->decisions(0).id())
-                                     : 0;
-    if (absl::Status s = start(node, 4, type); !s.ok()) return s;
-    st = WaitFor(
-        controller,
-        [&, node = node](const v1::GetStatusResponse& s) {
-          return s.decisions_size() > 0 &&
-                 s.decisions(0).id() > decisions_before &&
-                 absl::StrContains(s.decisions(0).trigger(), node);
-        },
-        absl::Seconds(120), absl::StrCat("the decision on ", node));
-    if (!st.ok()) return st.status();
-    row.decision = st->decisions(0);
-    const double joined_at = EventTime(controller.Events(), "membership",
-                                       absl::StrCat("join ", node));
-    row.seen_s = joined_at > 0 ? row.decision.time_unix_s() - joined_at : 0;
-    const int64_t g = row.decision.generation();
-    st = WaitFor(
-        controller,
-        [&](const v1::GetStatusResponse& s) {
-          return s.phase() == "running" &&
-                 (g == 0 || s.generation() == g ||
-                  s.last_switch().generation() == g);
-        },
-        absl::Seconds(180), absl::StrCat("the switch for ", node));
-    if (!st.ok()) return st.status();
-    if (g != 0) {
-      row.timings = SwitchRecords(controller.state_dir() + "/controller.db")[g];
-      if (row.timings.outcome() != "committed") {
-        return absl::InternalError(absl::StrCat(
-            "the switch for ", node, " did not commit: ",
-            row.timings.outcome()));
-      }
-    }
-    // A few iterations on the plan, for its measured rate.
-    const int64_t from = st->iteration();
-    st = WaitFor(
-        controller,
-        [&](const v1::GetStatusResponse& s) { return s.iteration() >= from + 4; },
-        absl::Seconds(180), "iterations after the join");
-    if (!st.ok()) return st.status();
-    row.tokens_per_s_after = st->tokens_per_s();
-    row.plan_after = PlanSummary(*st);
-    rows->push_back(row);
-    std::fprintf(stderr, "growth: %s joined (%d GPUs): %s\n", node.c_str(),
-                 gpus, row.decision.verdict().c_str());
-  }
-  return absl::OkStatus();
 }
 
 // ---- churn ----
@@ -254,7 +91,7 @@ double Quantile(std::vector<double> v, double q) {
 absl::Status Churn(const std::string& dir, int events, double seconds,
                    ChurnResult* out) {
   ControllerProcess controller(dir);
-  if (absl::Status s = controller.Start(JobYaml(3600, 3, 5)); !s.ok()) return s;
+  if (absl::Status s = controller.Start(LiveJoinJobYaml(3600, 3, 5)); !s.ok()) return s;
   // The base node registers itself; the pool's agents are registered by the
   // bench (no --controller), so it decides when each joins and leaves.
   // Growth's first node and 4-A6000 nodes: a pool node in the plan makes it
@@ -454,8 +291,8 @@ absl::Status Churn(const std::string& dir, int events, double seconds,
 
 // ---- report ----
 
-void Write(const std::string& out_dir, const std::vector<JoinRow>& rows,
-           const std::string& first_plan, const ChurnResult* churn,
+void Write(const std::string& out_dir, const GrowthResult& growth,
+           const ChurnResult* churn,
            const std::string& churn_error) {
   std::ofstream csv(out_dir + "/live_join.csv");
   csv << "node,gpu_type,gpus_after,verdict,seen_s,planning_s,decision_s,"
@@ -463,7 +300,7 @@ void Write(const std::string& out_dir, const std::vector<JoinRow>& rows,
          "pause_s,stage1_s,stage2_s,rebuild_s,commit_s,resume_s,downtime_s,"
          "agent_work_s,controller_overhead_s,bytes_stage1,bytes_stage2,"
          "tokens_per_s_before,tokens_per_s_after\n";
-  for (const JoinRow& r : rows) {
+  for (const GrowthJoin& r : growth.joins) {
     const v1::Decision& d = r.decision;
     const v1::SwitchTimings& t = r.timings;
     const bool sw = d.generation() != 0;
@@ -484,21 +321,28 @@ void Write(const std::string& out_dir, const std::vector<JoinRow>& rows,
         "Real arachne-controller (embedded exact planner, 1 s budget, "
         "horizon 3600 s) and arachne-agent processes on 127.0.0.1; one CPU "
         "rank per virtual GPU of the paper's testbed types; tiny-gpt, "
-        "sequence 16, global batch 64. Two cores run every rank, so the "
-        "agents' phase times carry that contention; the controller's "
-        "overhead (downtime minus the slowest agent's own pause, stage 1, "
-        "stage 2, rebuild and resume) is what the controller adds.\n\n";
+        "sequence 16. Two cores run every rank, so the agents' phase times "
+        "carry that contention; the controller's overhead (downtime minus "
+        "the slowest agent's own pause, stage 1, stage 2, rebuild and "
+        "resume) is what the controller adds.\n\n";
   md << "## Growth (Figure 8's sequence: 3 RTX PRO 6000, then + A6000, "
         "A5000, A6000, A6000 nodes)\n\n";
-  md << "First plan (each replica's stages, node:GPUs): " << first_plan
+  md << absl::StrFormat(
+      "Global batch %d. Each virtual GPU computes at its type's share of a "
+      "core (bf16 throughput relative to the RTX PRO 6000 at %.2g: "
+      "`--virtual-gpu-speed`) and is priced by tiny-gpt's layers measured "
+      "on this CPU divided by that speed (test/controller/growth_sequence.h"
+      "), so predicted and measured gains compare.\n\n",
+      testing::kGrowthGlobalBatch, testing::kGrowthFastestSpeed);
+  md << "First plan (each replica's stages, node:GPUs): " << growth.first_plan
      << "\n\n";
   md << "| join | GPUs | verdict | seen→decided s | planner s | decision s | "
         "old→new it/s (pred.) | downtime s | pause | stage 1 | stage 2 | "
         "rebuild | commit | resume | agents' work s | controller overhead "
-        "ms | bytes stage 1 / 2 | tokens/s before→after |\n"
+        "ms | bytes stage 1 / 2 | measured tokens/s before→after |\n"
         "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
         "---:|---:|---|---|\n";
-  for (const JoinRow& r : rows) {
+  for (const GrowthJoin& r : growth.joins) {
     const v1::Decision& d = r.decision;
     const v1::SwitchTimings& t = r.timings;
     if (d.generation() == 0) {
@@ -521,19 +365,25 @@ void Write(const std::string& out_dir, const std::vector<JoinRow>& rows,
         1000 * (t.downtime_s() - AgentWork(t)), t.bytes_stage1(),
         t.bytes_stage2(), r.tokens_per_s_before, r.tokens_per_s_after);
   }
+  md << absl::StrFormat(
+      "\nMeasured tokens/s: the controller's measurement of the plan "
+      "training (the median of its iterations after a warm-up, at least %d "
+      "of them): before the join, and after the decision (after a keep, "
+      "the same plan again).\n",
+      testing::kGrowthMeasuredIterations);
   md << "\nThe plan after each join:\n\n";
-  for (const JoinRow& r : rows) {
+  for (const GrowthJoin& r : growth.joins) {
     md << "- " << r.node << ": " << r.plan_after << "\n";
   }
   // The rule's own words: the gains it weighed, a type it never measured,
   // the least gain (controller/decision.h).
   md << "\nEach decision's reason:\n\n";
-  for (const JoinRow& r : rows) {
+  for (const GrowthJoin& r : growth.joins) {
     md << "- " << r.node << ": " << r.decision.verdict() << ": "
        << r.decision.reason() << "\n";
   }
   int fell = 0;
-  for (const JoinRow& r : rows)
+  for (const GrowthJoin& r : growth.joins)
     if (r.decision.generation() != 0 &&
         r.tokens_per_s_after < r.tokens_per_s_before)
       ++fell;
@@ -547,7 +397,9 @@ void Write(const std::string& out_dir, const std::vector<JoinRow>& rows,
         "in ~4.0 s, engine build 2.1–2.7 s). Here the model is tiny, so the "
         "bytes are few; the figures show the loop's own costs.\n";
   if (churn != nullptr || !churn_error.empty()) {
-    md << "\n## Churn\n\n";
+    md << "\n## Churn\n\n"
+          "Global batch 64; the ranks are not paced: the churn measures the "
+          "control loop, not throughput.\n\n";
     if (!churn_error.empty()) md << "**Failed:** " << churn_error << "\n\n";
     if (churn != nullptr) {
       md << absl::StrFormat(
@@ -616,12 +468,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = arachne::controller::testing::TempDir("live-join-bench");
-  std::vector<JoinRow> rows;
-  std::string first_plan;
+  GrowthResult growth;
   int rc = 0;
   if (scenario != "churn") {
     std::filesystem::create_directories(dir + "/growth");
-    absl::Status s = Growth(dir + "/growth", &rows, &first_plan);
+    absl::Status s = arachne::controller::testing::RunGrowth(dir + "/growth", &growth);
     if (!s.ok()) {
       std::fprintf(stderr, "growth: %s (logs in %s/growth)\n",
                    std::string(s.message()).c_str(), dir.c_str());
@@ -640,7 +491,7 @@ int main(int argc, char** argv) {
       rc = 1;
     }
   }
-  Write(out, rows, first_plan, scenario != "growth" ? &churn : nullptr,
+  Write(out, growth, scenario != "growth" ? &churn : nullptr,
         churn_error);
   std::fprintf(stderr, "wrote %s/live_join.md and live_join.csv\n", out.c_str());
   return rc;
