@@ -411,11 +411,11 @@ std::optional<RunCorrections> JobController::CorrectionsFor(
   for (const nlohmann::json* plan : plans) types.merge(GpuTypesOf(*plan));
   const std::vector<std::string> filled = ImputeUnmeasuredTypes(
       std::vector<std::string>(types.begin(), types.end()), &corrections);
-  // Those of the first plan (the new one) count against it.
-  const std::set<std::string> in_new = GpuTypesOf(*plans.front());
-  unmeasured->clear();
-  for (const std::string& type : filled)
-    if (in_new.count(type) > 0) unmeasured->push_back(type);
+  // Those of the first plan (the new one) that the second (the current
+  // one, when it still fits) does not run count against the switch.
+  *unmeasured = UnmeasuredTypesAgainstSwitch(
+      filled, GpuTypesOf(*plans.front()),
+      plans.size() > 1 ? GpuTypesOf(*plans[1]) : std::set<std::string>());
   return corrections;
 }
 

@@ -75,9 +75,11 @@ struct DecisionInput {
   double migration_estimate_s = 0;
   double fixed_cost_s = 0;
   double horizon_s = 3600;
-  // GPU types of the new plan priced with an imputed correction (never
-  // measured), and what that uncertainty counts against the switch: the new
-  // throughput is divided by 1 + unmeasured_margin (>= 0).
+  // GPU types the new plan adds (the current plan does not run them)
+  // priced with an imputed correction (no measured speed:
+  // UnmeasuredTypesAgainstSwitch), and what that uncertainty counts against
+  // the switch: the new throughput is divided by 1 + unmeasured_margin
+  // (>= 0).
   std::vector<std::string> new_unmeasured_types;
   double unmeasured_margin = 0.1;
   // A switch the current plan does not need: its relative gain must exceed

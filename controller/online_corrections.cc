@@ -235,6 +235,19 @@ std::vector<std::string> ImputeUnmeasuredTypes(
   return std::vector<std::string>(unmeasured.begin(), unmeasured.end());
 }
 
+std::vector<std::string> UnmeasuredTypesAgainstSwitch(
+    const std::vector<std::string>& imputed,
+    const std::set<std::string>& new_types,
+    const std::set<std::string>& current_types) {
+  std::vector<std::string> out;
+  for (const std::string& type : imputed) {
+    if (new_types.count(type) > 0 && current_types.count(type) == 0) {
+      out.push_back(type);
+    }
+  }
+  return out;
+}
+
 std::string DescribeCorrections(const RunCorrections& c) {
   std::vector<std::string> parts;
   for (const auto& [gpu, scale] : c.compute_scale) {

@@ -10,6 +10,7 @@
 #ifndef ARACHNE_CONTROLLER_ONLINE_CORRECTIONS_H_
 #define ARACHNE_CONTROLLER_ONLINE_CORRECTIONS_H_
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,18 @@ class OnlineCorrections {
 // every other).
 std::vector<std::string> ImputeUnmeasuredTypes(
     const std::vector<std::string>& types, RunCorrections* corrections);
+
+// Of the `imputed` GPU types (ImputeUnmeasuredTypes), those whose guess
+// counts against a switch from a plan on `current_types` to one on
+// `new_types` (decision.h, unmeasured margin): the new plan's types the
+// current plan does not run. A type both plans run (its stages off the
+// measured plans' critical path, so no fit determined its scale) carries
+// the same guess in both prices: counting it against the new plan alone
+// would not compare like with like. Sorted as `imputed`.
+std::vector<std::string> UnmeasuredTypesAgainstSwitch(
+    const std::vector<std::string>& imputed,
+    const std::set<std::string>& new_types,
+    const std::set<std::string>& current_types);
 
 // One line naming every correction: "compute_scale A6000 412.300,
 // iteration_fixed 12.0 ms"; "" for none.

@@ -80,6 +80,25 @@ TEST(ImputeUnmeasuredTypes, TheFleetsCorrectionForATypeThatNeverRan) {
   EXPECT_TRUE(none.compute_scale.empty());
 }
 
+// The guessed correction counts against a switch only for the types the
+// new plan adds: one the current plan runs too (off the measured plans'
+// critical path) carries the same guess in both prices. scripts/demo's
+// join (a pipeline of RTX-PRO-6000 and A6000 beside an A5000 replica, to a
+// deeper pipeline on the same types) was kept on the 10% margin of two
+// types the current plan runs, though the switch measured x1.12.
+TEST(UnmeasuredTypesAgainstSwitch, OnlyTypesTheCurrentPlanDoesNotRun) {
+  const std::vector<std::string> imputed = {"A5000", "A6000", "RTX-PRO-6000"};
+  EXPECT_THAT(UnmeasuredTypesAgainstSwitch(imputed, {"A5000", "RTX-PRO-6000"},
+                                           {"A5000", "A6000", "RTX-PRO-6000"}),
+              ::testing::IsEmpty());
+  EXPECT_THAT(UnmeasuredTypesAgainstSwitch(imputed, {"A6000", "RTX-PRO-6000"},
+                                           {"RTX-PRO-6000"}),
+              ::testing::ElementsAre("A6000"));
+  // No current plan (it no longer fits): every guessed type of the new one.
+  EXPECT_THAT(UnmeasuredTypesAgainstSwitch(imputed, {"A5000", "H100-80GB"}, {}),
+              ::testing::ElementsAre("A5000"));
+}
+
 TEST(OnlineCorrections, NothingMeasuredEnoughIsARefusalThatSaysWhy) {
   const Job job;
   OnlineCorrections cal(job.catalog, job.model, job.training, "", 3);
