@@ -9,9 +9,9 @@
 //
 // bench/live_join_bench runs and reports it. A test asserting that no
 // switch lowers the measured throughput (issue 35) is not in the suite: on
-// two shared cores it failed in 2 of 3 runs late in this session, on
-// switches predicted +12-18% that measured -13% (docs/controller.md, The
-// decision rule).
+// two shared cores it passed five times and then failed three times in a
+// row, once on a switch predicted +12% that measured -13%
+// (docs/controller.md, The decision rule).
 #ifndef ARACHNE_TEST_CONTROLLER_GROWTH_SEQUENCE_H_
 #define ARACHNE_TEST_CONTROLLER_GROWTH_SEQUENCE_H_
 
