@@ -72,6 +72,8 @@ struct ChurnResult {
   int switches = 0, committed = 0, aborted = 0;
   int decisions = 0;
   int max_in_flight = 0;
+  // Pool nodes whose lease ran out (a heartbeat answered NOT_FOUND).
+  int leases_lost = 0;
   double settle_s = 0;  // last event -> settled on the final membership
   bool membership_matches = false;
   bool plan_on_members = false;
@@ -139,6 +141,14 @@ absl::Status Churn(const std::string& dir, int events, double seconds,
         if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
           absl::MutexLock l(&mu);
           state[i] = State::kAbsent;  // drained and released
+        } else if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+          // Its lease ran out (heartbeats later than lease_s): the
+          // controller dropped it. Counted, and gone: the settled
+          // membership must not wait for it (a run that did waited out
+          // its 9-minute limit).
+          absl::MutexLock l(&mu);
+          state[i] = State::kAbsent;
+          ++out->leases_lost;
         }
       }
       absl::SleepFor(absl::Milliseconds(500));
@@ -407,12 +417,14 @@ void Write(const std::string& out_dir, const GrowthResult& growth,
           "a base node of 3 RTX PRO 6000): %d joins and %d drains accepted; in the "
           "controller's event log %d joins and %d drains; %d decisions; %d "
           "switches (%d committed, %d aborted); at most %d switch in "
-          "flight; settled %.1f s after the last event, phase %s; final "
-          "membership %s the events' outcome; plan %s on members only.\n\n",
+          "flight; %d leases ran out; settled %.1f s after the last event, "
+          "phase %s; final membership %s the events' outcome; plan %s on "
+          "members only.\n\n",
           churn->events, churn->wall_s - churn->settle_s, churn->joins_ok,
           churn->drains_ok, churn->joins_logged, churn->drains_logged,
           churn->decisions, churn->switches, churn->committed, churn->aborted,
-          churn->max_in_flight, churn->settle_s, churn->final_phase,
+          churn->max_in_flight, churn->leases_lost, churn->settle_s,
+          churn->final_phase,
           churn->membership_matches ? "equals" : "DIFFERS FROM",
           churn->plan_on_members ? "is" : "IS NOT");
       md << absl::StrFormat(
