@@ -744,6 +744,32 @@ class EngineService(engine_pb2_grpc.EngineServicer):
                           req)
 
 
+def stop_signals() -> int:
+    """Installs the SIGTERM and SIGINT handling; returns the file descriptor
+    that wait_for_stop_signal reads. The kernel may deliver the signal to
+    any thread that does not block it (gRPC's, c10d's), and CPython then
+    does not run the handler in the main thread while that thread waits:
+    the engine did not stop, a test's teardown waited 30 s for it, and the
+    orphan spun a core for the rest of a full suite. So the main thread reads
+    the signals' wakeup descriptor, which the C-level handler writes in
+    whichever thread takes the signal."""
+    import signal
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    return read_end
+
+
+def wait_for_stop_signal(read_end: int) -> None:
+    """Returns once SIGTERM or SIGINT has arrived (stop_signals)."""
+    import signal
+    stopping = {int(signal.SIGTERM), int(signal.SIGINT)}
+    while not stopping.intersection(os.read(read_end, 64)):
+        pass
+
+
 def main(argv=None) -> int:
     try:
         env = Env.read()
@@ -765,16 +791,15 @@ def main(argv=None) -> int:
         print(f"arachne_torch.engine: ARACHNE_ENGINE_SOCKET: cannot listen on "
               f"\"{env.socket}\"", file=sys.stderr)
         return 2
+    stop = stop_signals()
     server.start()
+    # After stop_signals: a supervisor that reads this line may stop the
+    # engine at once.
     print(f"arachne_torch: {runtime.gpu}: serving arachne.v1.Engine on "
           f"{env.socket} (pid {os.getpid()}, torch {torch.__version__}, "
           f"device {device.device}: {device.why})",
           file=sys.stderr, flush=True)
-    stop = threading.Event()
-    import signal
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait()
+    wait_for_stop_signal(stop)
     server.stop(grace=1).wait()
     return 0
 

@@ -2,8 +2,10 @@
 serving arachne.v1.Engine on a Unix socket, driven here over that socket
 (one GPU, its layout the whole state)."""
 
+import ctypes
 import datetime
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -40,7 +42,15 @@ def engine(tmp_path):
                   wait_for_ready=True, timeout=60)
     yield stub, p
     p.terminate()
-    assert p.wait(timeout=30) == 0, "the engine did not stop on SIGTERM"
+    try:
+        code = p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        # Killed, so that it does not outlive the test (an engine left
+        # running spun a core for the rest of a full suite); still a failure.
+        p.kill()
+        p.wait()
+        pytest.fail("the engine did not stop on SIGTERM within 30 s")
+    assert code == 0, "the engine did not stop on SIGTERM"
 
 
 @pytest.fixture(scope="module")
@@ -260,3 +270,42 @@ def test_a_virtual_gpu_holds_each_step_to_its_cpu_time_over_the_speed():
     assert len(waits) == 2
     with pytest.raises(ValueError, match=r"must be in \(0, 1\], got 1.5"):
         ComputePacer(1.5)
+
+
+def test_sigterm_to_any_thread_stops_the_engine(tmp_path):
+    # The kernel may deliver SIGTERM to any thread that does not block it;
+    # sent to a gRPC or c10d thread, the engine used to keep waiting (its
+    # main thread never ran the handler). glibc's tgkill picks the thread.
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "tgkill"):
+        pytest.skip("no tgkill in this C library")
+    sock = str(tmp_path / "e.sock")
+    p = subprocess.Popen([sys.executable, "-m", "arachne_torch.engine"],
+                         env=engine_env(sock),
+                         stderr=open(tmp_path / "engine.log", "w"))
+    try:
+        # The line the engine prints once it handles the signals.
+        for _ in range(600):
+            if "serving arachne.v1.Engine" in (tmp_path / "engine.log").read_text():
+                break
+            assert p.poll() is None, (tmp_path / "engine.log").read_text()
+            time.sleep(0.1)
+        else:
+            pytest.fail("the engine did not start within 60 s")
+
+        def takes_sigterm(tid):
+            with open(f"/proc/{p.pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("SigBlk:"):
+                        return not (int(line.split()[1], 16) >> 14) & 1
+            return False
+
+        others = sorted(int(t) for t in os.listdir(f"/proc/{p.pid}/task")
+                        if int(t) != p.pid and takes_sigterm(t))
+        assert others, "the engine runs no thread besides the main one"
+        assert libc.tgkill(p.pid, others[-1], signal.SIGTERM) == 0
+        assert p.wait(timeout=10) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
