@@ -11,8 +11,7 @@
 //           agent's own time for it, the downtime, the controller's
 //           overhead (downtime minus the agents' work), and the tokens/s
 //           the controller measured before and after
-//           (test/controller/growth_sequence.h, shared with the test that
-//           asserts no switch lowers it).
+//           (test/controller/growth_sequence.h).
 //   churn   100 join / leave events in 60 s over a pool of 4-GPU agents the
 //           bench registers, heartbeats and drains itself, as a scheduler
 //           and the agents' registration loops would. Checks that every

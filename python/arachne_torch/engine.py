@@ -15,6 +15,7 @@ import concurrent.futures
 import dataclasses
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -753,7 +754,6 @@ def stop_signals() -> int:
     orphan spun a core for the rest of a full suite. So the main thread reads
     the signals' wakeup descriptor, which the C-level handler writes in
     whichever thread takes the signal."""
-    import signal
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     signal.set_wakeup_fd(write_end)
@@ -764,7 +764,6 @@ def stop_signals() -> int:
 
 def wait_for_stop_signal(read_end: int) -> None:
     """Returns once SIGTERM or SIGINT has arrived (stop_signals)."""
-    import signal
     stopping = {int(signal.SIGTERM), int(signal.SIGINT)}
     while not stopping.intersection(os.read(read_end, 64)):
         pass

@@ -171,8 +171,7 @@ TEST(Decision, AnUnmeasuredTypeCountsItsMarginAgainstTheSwitch) {
   EXPECT_EQ(d.reason,
             "a predicted gain of -4.5% (10.000 -> 10.500 it/s; A6000 without "
             "a measured speed: counted as 9.545 it/s (10% margin)) is not "
-            "above the "
-            "least gain a switch needs, 0.0%");
+            "above the least gain a switch needs, 0.0%");
   // A gain well past the margin still switches: 10 -> 13 counts 11.818.
   in.new_throughput = 13;
   d = Decide(in);

@@ -39,13 +39,16 @@ namespace arachne::controller::testing {
 // tiny-gpt at sequence 16 (examples/jobs/live-demo.yaml): small enough for
 // two cores, and large enough that the cost model finds plans on more GPUs
 // worth a switch over an hour's horizon. `extra`: more job lines.
+inline constexpr int kLiveJoinSeqLen = 16;
+
 inline std::string LiveJoinJobYaml(double horizon_s, int min_gpus,
                                    double lease_s, int global_batch = 64,
                                    const std::string& extra = "") {
   // Enough iterations to outlast the run; the caller stops the job itself.
   return absl::StrCat(
       "model: {name: tiny-gpt}\n"
-      "training: {seq_len: 16, global_batch: ", global_batch, "}\n", extra,
+      "training: {seq_len: ", kLiveJoinSeqLen, ", global_batch: ", global_batch,
+      "}\n", extra,
       "engine: {learning_rate: 0.001, data_seed: 7, init_seed: 11}\n"
       "iterations: 1000000\n"
       "min_gpus: ", min_gpus, "\n",
@@ -159,7 +162,7 @@ struct GrowthResult {
 // Tokens per second of the generation `s` measures (0 before a measurement).
 inline double MeasuredTokensPerS(const v1::GetStatusResponse& s) {
   const double t = s.measurement().measured_iteration_s();
-  return t > 0 ? 16.0 * kGrowthGlobalBatch / t : 0;
+  return t > 0 ? double{kLiveJoinSeqLen} * kGrowthGlobalBatch / t : 0;
 }
 
 // The virtual GPUs' profiles: tiny-gpt measured layer by layer on one core
@@ -174,7 +177,8 @@ inline absl::Status WriteVirtualGpuProfiles(
   const std::string cmd = absl::StrCat(
       "OMP_NUM_THREADS=1 '", ARACHNE_BINARY_DIR,
       "/planner_service/cli/arachne-profile' --model tiny-gpt --gpu "
-      "RTX-PRO-6000 --device cpu --seq 16 --tp 1,2,4 --micro-batch ",
+      "RTX-PRO-6000 --device cpu --seq ", kLiveJoinSeqLen,
+      " --tp 1,2,4 --micro-batch ",
       micro_batches, " --warmup 1 --iters 3 --out '", cpu, "' > '", dir,
       "/profile.log' 2>&1");
   if (std::system(cmd.c_str()) != 0) {
