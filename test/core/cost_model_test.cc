@@ -463,8 +463,11 @@ TEST_F(CostModelTest, BalanceAndPriceIsBalanceThenIterationTime) {
 // layer split or expert tiling, and back to an earlier candidate, so kept
 // templates are met again), pricing with it is pricing afresh, bit for bit,
 // with the same reason when infeasible and the same micro-batch counts; so
-// are its balance and stage times. Dense and MoE, every framework preset
-// (FSDP gathers read the plan's replicas), some plans out of memory.
+// are its balance and stage times, and a stage's tilings priced together
+// (PriceStageTilings) are each priced alone. A move that changes one
+// stage's tiling has only that stage priced again. Dense and MoE, every
+// framework preset (FSDP gathers read the plan's replicas), some plans out
+// of memory, one template or several.
 TEST_F(CostModelTest, PricingScratchMatchesFreshPricingOverMoveSequences) {
   // Activations 1 to 12 times the toy's, so that some templates fit in
   // memory with few micro-batches in flight and not with more.
@@ -483,7 +486,7 @@ TEST_F(CostModelTest, PricingScratchMatchesFreshPricingOverMoveSequences) {
     moe.push_back(with_activations(testing::ToyProfiles("toymoe"), factor));
   }
   std::mt19937 rng(35);
-  int priced = 0, steps = 0, multi = 0;
+  int priced = 0, steps = 0, multi = 0, single = 0, tilings_priced = 0;
   std::set<Infeasibility> reasons;
   for (int trial = 0; trial < 1000; ++trial) {
     const Cluster cluster = MakeCluster(catalog_, RandomNodes(rng, 6, 10));
@@ -519,6 +522,7 @@ TEST_F(CostModelTest, PricingScratchMatchesFreshPricingOverMoveSequences) {
     }
     if (plan.templates.empty()) continue;
     multi += plan.templates.size() > 1;
+    single += plan.templates.size() == 1;
     // One scratch for the whole sequence: placements, GPU types and TP
     // stay (PricingScratch's contract).
     CostModel::PricingScratch scratch;
@@ -568,6 +572,35 @@ TEST_F(CostModelTest, PricingScratchMatchesFreshPricingOverMoveSequences) {
       std::isfinite(time_kept) ? ++priced : 0;
       reasons.insert(why_kept);
       ++steps;
+      // Every tiling of one stage priced together, as one at a time.
+      {
+        const int j = static_cast<int>(rng() % plan.templates.size());
+        Template& t = plan.templates[j];
+        const int s = static_cast<int>(rng() % t.stages.size());
+        const int w = t.stages[s].tp * t.replicas;
+        std::vector<ExpertTiling> tilings;
+        for (int etp = 1; etp <= w; etp *= 2) {
+          if (w % etp != 0) continue;
+          for (int ep = 1; ep <= w / etp; ++ep)
+            if ((w / etp) % ep == 0) tilings.push_back({ep, etp, w / (etp * ep)});
+        }
+        const ExpertTiling before = t.stages[s].tiling;
+        // A limit some tilings exceed: those are not timed.
+        const double limit = cm.StageMemoryOf(plan, j, s).total_gib();
+        std::vector<double> memory(tilings.size()), time(tilings.size());
+        cm.PriceStageTilings(plan, j, s, tilings, limit,
+                             rng() % 2 ? &scratch : nullptr,
+                             absl::MakeSpan(memory), absl::MakeSpan(time));
+        ASSERT_EQ(t.stages[s].tiling, before);
+        for (size_t i = 0; i < tilings.size(); ++i) {
+          Plan one = plan;
+          one.templates[j].stages[s].tiling = tilings[i];
+          ASSERT_EQ(memory[i], cm.StageMemoryOf(one, j, s).total_gib());
+          ASSERT_EQ(time[i], memory[i] > limit ? kInfeasible
+                                               : cm.StageTime(one, j, s));
+          ++tilings_priced;
+        }
+      }
       // Balance and stage times with the scratch, as without.
       Plan a = plan, b = plan;
       ASSERT_EQ(cm.BalanceMicroBatches(a), cm.BalanceMicroBatches(b, &scratch));
@@ -583,6 +616,8 @@ TEST_F(CostModelTest, PricingScratchMatchesFreshPricingOverMoveSequences) {
     }
   }
   EXPECT_GT(multi, 600);
+  EXPECT_GT(single, 50);
+  EXPECT_GT(tilings_priced, 100000);
   EXPECT_GT(priced, 6000) << "of " << steps;
   EXPECT_THAT(reasons, ::testing::IsSupersetOf(
                            {Infeasibility::kOk, Infeasibility::kMissingProfile,

@@ -346,21 +346,46 @@ Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
     const Template& t = plan.templates[j];
     PricingScratch::TimedTemplate* kept =
         scratch != nullptr ? &scratch->timed_[j] : nullptr;
+    const size_t first = work.stage_t.size();
     if (kept != nullptr && kept->valid &&
         kept->micro_batch_size == t.micro_batch_size &&
         kept->replicas == t.replicas &&
         kept->total_replicas == total_replicas && kept->templates == n &&
-        kept->stages.size() == t.stages.size() &&
-        std::equal(t.stages.begin(), t.stages.end(), kept->stages.begin(),
-                   SameStage)) {
+        kept->stages.size() == t.stages.size()) {
+      // Under the same key a stage's time reads only the stage: the
+      // stages that changed are priced again, the rest reused. Summed in
+      // stage order, as afresh.
+      bool changed = false;
+      double max_t = 0, sum_t = 0;  // locals: the vectors' stores alias
+      for (int s = 0; s < t.depth(); ++s) {
+        double ts = kept->stage_t[s];
+        if (!SameStage(t.stages[s], kept->stages[s])) {
+          ts = StageTimeTerms(plan, j, s, work.facts[j], CellsOf(t, s)).total();
+          if (!std::isfinite(ts)) {
+            kept->valid = false;
+            return Infeasibility::kMissingProfile;
+          }
+          kept->stages[s] = t.stages[s];
+          kept->stage_t[s] = ts;
+          kept->ForgetStage(s);
+          changed = true;
+        }
+        max_t = std::max(max_t, ts);
+        sum_t += ts;
+      }
       work.stage_t.insert(work.stage_t.end(), kept->stage_t.begin(),
                           kept->stage_t.end());
-      work.max_t[j] = kept->max_t;
-      work.sum_t[j] = kept->sum_t;
+      work.max_t[j] = max_t;
+      work.sum_t[j] = sum_t;
+      if (changed) {
+        kept->priced = false;
+        kept->fits_deep = 0;
+        kept->max_t = max_t;
+        kept->sum_t = sum_t;
+      }
       continue;
     }
     if (kept != nullptr) kept->valid = false;
-    const size_t first = work.stage_t.size();
     for (int s = 0; s < t.depth(); ++s) {
       const double ts =
           StageTimeTerms(plan, j, s, work.facts[j], CellsOf(t, s)).total();
@@ -380,6 +405,12 @@ Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
       kept->stage_t.assign(work.stage_t.begin() + first, work.stage_t.end());
       kept->max_t = work.max_t[j];
       kept->sum_t = work.sum_t[j];
+      kept->fits_deep = 0;
+      kept->synced.assign(t.depth(), 0);
+      kept->stage_sync.assign(t.depth(), 0.0);
+      kept->stage_opt.assign(t.depth(), 0.0);
+      kept->mem_in_flight.assign(t.depth(), -1);
+      kept->mem_fits.assign(t.depth(), 0);
     }
   }
   return Infeasibility::kOk;
@@ -584,6 +615,42 @@ StageMemory CostModel::StageMemoryOf(const Plan& plan, int t, int s) const {
   return m;
 }
 
+void CostModel::PriceStageTilings(Plan& plan, int t, int s,
+                                  absl::Span<const ExpertTiling> tilings,
+                                  double memory_limit_gib,
+                                  PricingScratch* scratch,
+                                  absl::Span<double> memory_gib,
+                                  absl::Span<double> time_s) const {
+  CHECK_EQ(memory_gib.size(), tilings.size());
+  CHECK_EQ(time_s.size(), tilings.size());
+  Template& tmpl = plan.templates[t];
+  Stage& st = tmpl.stages[s];
+  const ExpertTiling keep = st.tiling;
+  PlacementFacts own;
+  const PlacementFacts* facts = &own;
+  if (scratch != nullptr) {
+    facts = &ScratchFacts(plan, *scratch)[t];
+  } else {
+    FillFacts(tmpl, own);
+  }
+  StageCells cells = CellsOf(tmpl, s);
+  int cells_etp = keep.etp;
+  for (size_t i = 0; i < tilings.size(); ++i) {
+    st.tiling = tilings[i];
+    if (cells.n_moe > 0 && st.tiling.etp != cells_etp) {
+      cells.experts = &Row(st.gpu_type, st.tiling.etp, tmpl.micro_batch_size);
+      cells_etp = st.tiling.etp;
+    }
+    memory_gib[i] =
+        MemoryWithParams(plan, t, s, ParamsOf(tmpl, s, cells), cells)
+            .total_gib();
+    time_s[i] = memory_gib[i] > memory_limit_gib
+                    ? kInfeasible
+                    : StageTimeTerms(plan, t, s, *facts, cells).total();
+  }
+  st.tiling = keep;
+}
+
 Infeasibility CostModel::BalanceMicroBatches(Plan& plan,
                                              PricingScratch* scratch) const {
   const int n = static_cast<int>(plan.templates.size());
@@ -613,13 +680,22 @@ Infeasibility CostModel::BalanceWith(Plan& plan, const PlanWork& work) const {
   const auto& sum_t = work.sum_t;
   // Smallest time X at which the replicas, each running as many whole
   // micro-batches as fit in X, cover the batch.
+  // Samples per step of each template, read into plain arrays: the
+  // bisection below evaluates this tens of times per balance.
+  absl::InlinedVector<int64_t, 16> per_step(n);
+  for (int j = 0; j < n; ++j) {
+    per_step[j] = static_cast<int64_t>(plan.templates[j].replicas) *
+                  plan.templates[j].micro_batch_size;
+  }
+  const double* sums = sum_t.data();
+  const double* maxs = max_t.data();
+  const int64_t* per = per_step.data();
   auto capacity = [&](double x, absl::InlinedVector<int64_t, 64>& m) {
     int64_t samples = 0;
+    int64_t* mj = m.data();
     for (int j = 0; j < n; ++j) {
-      const Template& t = plan.templates[j];
-      m[j] = x < sum_t[j] ? 1
-                          : 1 + static_cast<int64_t>((x - sum_t[j]) / max_t[j]);
-      samples += m[j] * t.replicas * t.micro_batch_size;
+      mj[j] = x < sums[j] ? 1 : 1 + static_cast<int64_t>((x - sums[j]) / maxs[j]);
+      samples += mj[j] * per[j];
     }
     return samples;
   };
@@ -725,7 +801,17 @@ double CostModel::BalanceAndPrice(Plan& plan, Infeasibility* why,
     // IterationTime.
     if (Infeasibility w = BalanceMicroBatches(plan); w != Infeasibility::kOk)
       return fail(w);
-    PrepareWork(plan, /*stage_times=*/false, work, scratch);
+    // With a scratch, the stage times are priced first so that what it
+    // keeps of the template is reused (every stage has a profile then;
+    // otherwise the untimed order decides which reason is reported).
+    if (scratch == nullptr ||
+        PrepareWork(plan, /*stage_times=*/true, work, scratch) !=
+            Infeasibility::kOk) {
+      work.max_t.clear();
+      work.sum_t.clear();
+      work.stage_t.clear();
+      PrepareWork(plan, /*stage_times=*/false, work, scratch);
+    }
   } else {
     if (Infeasibility w =
             PrepareWork(plan, /*stage_times=*/true, work, scratch);
@@ -735,6 +821,85 @@ double CostModel::BalanceAndPrice(Plan& plan, Infeasibility* why,
       return fail(w);
   }
   return EvaluateWith(plan, work, why, nullptr, scratch);
+}
+
+CostModel::SyncContext CostModel::SyncContextOf(
+    const Plan& plan, const PlacementFacts* facts) const {
+  SyncContext c;
+  for (const Template& t : plan.templates) c.total_replicas += t.replicas;
+  c.templates = static_cast<int>(plan.templates.size());
+  // Nodes the whole plan touches: a plan inside one node syncs over NVLink.
+  const int first_node = plan.templates[0].placement[0].node;
+  for (size_t j = 0; j < plan.templates.size(); ++j) {
+    c.plan_min_ring_share =
+        std::min(c.plan_min_ring_share, facts[j].min_ring_share);
+    if (facts[j].only_node != first_node) c.plan_single_node = false;
+  }
+  const FrameworkConfig& fw = training_.framework;
+  c.replicas_moved = 2.0 * (c.total_replicas - 1.0) / c.total_replicas;
+  // Sharded gradients are reduce-scattered (half an all-reduce's traffic);
+  // whole ones all-reduced.
+  c.reduce_share = sharding_ >= StateSharding::kGradients ? 0.5 : 1.0;
+  // Adam step, memory-bound, over the shard each GPU updates; fp16 also
+  // reads the gradients once for the loss scaler's inf/NaN check.
+  c.opt_sharded = sharding_ >= StateSharding::kOptimizer;
+  c.step_bytes = fw.optimizer_step_bytes_per_param;
+  if (training_.precision == Precision::kFp16)
+    c.step_bytes += fw.grad_bytes_per_param;
+  return c;
+}
+
+[[gnu::always_inline]] inline CostModel::SyncAndStep
+CostModel::StageSyncAndStep(const Template& t, int s, const StageParams& sp,
+                            double stage_s, const PlacementFacts& f,
+                            const SyncContext& c) const {
+  const Stage& st = t.stages[s];
+  const FrameworkConfig& fw = training_.framework;
+  // Gradient synchronisation of this stage's layers over every replica
+  // of every template (ring all-reduce), experts over their EDP copies.
+  const double p_ne = sp.non_expert, p_e = sp.expert;
+  const bool intra = c.plan_single_node ||
+                     (c.templates == 1 && f.stage_single_node[s]);
+  const double bw =
+      intra ? catalog_->type(st.gpu_type).intra_node_gbps
+            : (c.templates == 1
+                   ? f.stage_ring_share[s]
+                   : std::min(f.stage_ring_share[s], c.plan_min_ring_share));
+  const double step_latency = intra ? params_.intra_node_step_latency_s
+                                    : params_.network_step_latency_s;
+  // A ring all-reduce over n members moves 2 (n - 1) / n of the bytes
+  // (`moved`, given: the replicas' is the same for every stage).
+  auto ring = [&](double bytes, double n, double moved) {
+    if (n <= 1 || bytes <= 0) return 0.0;
+    return params_.collective_base_latency_s +
+           2.0 * (n - 1) * step_latency + moved * bytes / (bw * 1e9);
+  };
+  // Experts, only on stages that hold some.
+  const double edp_all =
+      p_e > 0 ? ExpertCopies(st, t.replicas, c.total_replicas) : 1.0;
+  const double g_experts =
+      p_e > 0 ? ring(p_e * fw.grad_reduce_bytes_per_param, edp_all,
+                     2.0 * (edp_all - 1) / edp_all)
+              : 0.0;
+  double g = c.reduce_share *
+             (ring(p_ne * fw.grad_reduce_bytes_per_param, c.total_replicas,
+                   c.replicas_moved) +
+              g_experts);
+  if (fw.overlap_grad_reduce) {
+    // Buckets reduce while the last micro-batch's backward runs: about
+    // two thirds of the stage's time per micro-batch, slowed while the
+    // reduction overlaps it.
+    const double backward = (2.0 / 3.0) * stage_s;
+    g = OverlappedTime(backward, g, params_.overlap_compute_slowdown) -
+        backward;
+  }
+  const double dist_ne = c.opt_sharded ? c.total_replicas : 1;
+  const double dist_e = c.opt_sharded ? edp_all : 1;
+  SyncAndStep out;
+  out.sync_s = g;
+  out.step_s = (p_ne / dist_ne + (p_e > 0 ? p_e / dist_e : 0.0)) *
+               c.step_bytes / (catalog_->type(st.gpu_type).hbm_gbps * 1e9);
+  return out;
 }
 
 double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
@@ -752,30 +917,10 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
   }
   if (samples != training_.global_batch) return fail(Infeasibility::kBadBatch);
 
-  // Nodes the whole plan touches: a plan inside one node syncs over NVLink.
   const PlacementFacts* facts = work.facts;
-  const int first_node = plan.templates[0].placement[0].node;
-  bool plan_single_node = true;
-  double plan_min_ring_share = kInfeasible;
-  for (size_t j = 0; j < plan.templates.size(); ++j) {
-    plan_min_ring_share = std::min(plan_min_ring_share, facts[j].min_ring_share);
-    if (facts[j].only_node != first_node) plan_single_node = false;
-  }
+  const SyncContext sync_context = SyncContextOf(plan, facts);
   // Stage times already priced for the balance are not priced again.
   const bool timed = !work.max_t.empty();
-  const FrameworkConfig& fw = training_.framework;
-  const StateSharding sharding = sharding_;
-  // What every stage's gradient sync and optimizer step share.
-  const double replicas_moved = 2.0 * (total_replicas - 1.0) / total_replicas;
-  // Sharded gradients are reduce-scattered (half an all-reduce's traffic);
-  // whole ones all-reduced.
-  const double reduce_share = sharding >= StateSharding::kGradients ? 0.5 : 1.0;
-  // Adam step, memory-bound, over the shard each GPU updates; fp16 also
-  // reads the gradients once for the loss scaler's inf/NaN check.
-  const bool opt_sharded = sharding >= StateSharding::kOptimizer;
-  double step_bytes = fw.optimizer_step_bytes_per_param;
-  if (training_.precision == Precision::kFp16)
-    step_bytes += fw.grad_bytes_per_param;
 
   if (detail) {
     detail->stage_memory.assign(plan.templates.size(), {});
@@ -803,16 +948,32 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
     PricingScratch::TimedTemplate* kept =
         kept_all != nullptr && kept_all[j].valid ? &kept_all[j] : nullptr;
     const bool deep = t.max_micro_batches() >= d;
+    // Whether stage s of a kept template fits with the micro-batches this
+    // balance puts in flight, checked once per count.
+    auto kept_stage_fits = [&](int s, const StageCells& cells,
+                               const StageParams& sp) {
+      const int in_flight = std::min(d - s, t.max_micro_batches());
+      if (kept->mem_in_flight[s] != in_flight) {
+        const StageMemory mem =
+            MemoryWithParams(plan, static_cast<int>(j), s, sp, cells);
+        kept->mem_in_flight[s] = in_flight;
+        kept->mem_fits[s] =
+            mem.total_gib() <= UsableMemoryGib(t.stages[s].gpu_type);
+      }
+      return kept->mem_fits[s] != 0;
+    };
     if (kept != nullptr && kept->priced) {
       if (!deep || kept->fits_deep == 0) {
         for (int s = 0; s < d; ++s) {
-          const StageCells cells = CellsOf(t, s);
-          const StageMemory mem = MemoryWithParams(
-              plan, static_cast<int>(j), s, ParamsOf(t, s, cells), cells);
-          if (mem.total_gib() > UsableMemoryGib(t.stages[s].gpu_type)) {
-            if (deep) kept->fits_deep = -1;
-            return fail(Infeasibility::kOutOfMemory);
+          const int in_flight = std::min(d - s, t.max_micro_batches());
+          if (kept->mem_in_flight[s] == in_flight) {
+            if (kept->mem_fits[s]) continue;
+          } else {
+            const StageCells cells = CellsOf(t, s);
+            if (kept_stage_fits(s, cells, ParamsOf(t, s, cells))) continue;
           }
+          if (deep) kept->fits_deep = -1;
+          return fail(Infeasibility::kOutOfMemory);
         }
         if (deep) kept->fits_deep = 1;
       } else if (kept->fits_deep < 0) {
@@ -838,6 +999,21 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
     double max_t = 0, sum_t = 0;
     for (int s = 0; s < d; ++s) {
       const Stage& st = t.stages[s];
+      if (kept != nullptr && kept->synced[s]) {
+        // Priced under this key before (timed: kept needs the balance's
+        // stage times): only its memory may read this balance.
+        const int in_flight = std::min(d - s, t.max_micro_batches());
+        bool fits = kept->mem_fits[s] != 0;
+        if (kept->mem_in_flight[s] != in_flight) {
+          const StageCells cells = CellsOf(t, s);
+          fits = kept_stage_fits(s, cells, ParamsOf(t, s, cells));
+        }
+        oom = oom || !fits;
+        ++stage_index;
+        tmpl_sync = std::max(tmpl_sync, kept->stage_sync[s]);
+        tmpl_opt = std::max(tmpl_opt, kept->stage_opt[s]);
+        continue;
+      }
       // Memory first: an OOM plan is never priced.
       const StageCells cells = CellsOf(t, s);
       const StageParams sp = ParamsOf(t, s, cells);
@@ -847,7 +1023,12 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
         detail->stage_memory[j].push_back(mem);
         detail->max_memory_gib = std::max(detail->max_memory_gib, mem.total_gib());
       }
-      if (mem.total_gib() > UsableMemoryGib(st.gpu_type)) {
+      const bool fits = mem.total_gib() <= UsableMemoryGib(st.gpu_type);
+      if (kept != nullptr) {
+        kept->mem_in_flight[s] = std::min(d - s, t.max_micro_batches());
+        kept->mem_fits[s] = fits;
+      }
+      if (!fits) {
         if (kept == nullptr) return fail(Infeasibility::kOutOfMemory);
         oom = true;
       }
@@ -864,51 +1045,16 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
         sum_t += stage_s;
       }
 
-      // Gradient synchronisation of this stage's layers over every replica
-      // of every template (ring all-reduce), experts over their EDP copies.
-      const double p_ne = sp.non_expert, p_e = sp.expert;
-      const bool intra = plan_single_node ||
-                         (plan.templates.size() == 1 && facts[j].stage_single_node[s]);
-      const double bw =
-          intra ? catalog_->type(st.gpu_type).intra_node_gbps
-                : (plan.templates.size() == 1
-                       ? facts[j].stage_ring_share[s]
-                       : std::min(facts[j].stage_ring_share[s], plan_min_ring_share));
-      const double step_latency = intra ? params_.intra_node_step_latency_s
-                                        : params_.network_step_latency_s;
-      // A ring all-reduce over n members moves 2 (n - 1) / n of the bytes
-      // (`moved`, given: the replicas' is the same for every stage).
-      auto ring = [&](double bytes, double n, double moved) {
-        if (n <= 1 || bytes <= 0) return 0.0;
-        return params_.collective_base_latency_s +
-               2.0 * (n - 1) * step_latency + moved * bytes / (bw * 1e9);
-      };
-      // Experts, only on stages that hold some.
-      const double edp_all =
-          p_e > 0 ? ExpertCopies(st, t.replicas, total_replicas) : 1.0;
-      const double g_experts =
-          p_e > 0 ? ring(p_e * fw.grad_reduce_bytes_per_param, edp_all,
-                         2.0 * (edp_all - 1) / edp_all)
-                  : 0.0;
-      double g = reduce_share *
-                 (ring(p_ne * fw.grad_reduce_bytes_per_param, total_replicas,
-                       replicas_moved) +
-                  g_experts);
-      if (fw.overlap_grad_reduce) {
-        // Buckets reduce while the last micro-batch's backward runs: about
-        // two thirds of the stage's time per micro-batch, slowed while the
-        // reduction overlaps it.
-        const double backward = (2.0 / 3.0) * stage_s;
-        g = OverlappedTime(backward, g, params_.overlap_compute_slowdown) -
-            backward;
-      }
+      const SyncAndStep ss =
+          StageSyncAndStep(t, s, sp, stage_s, facts[j], sync_context);
+      const double g = ss.sync_s, opt = ss.step_s;
       tmpl_sync = std::max(tmpl_sync, g);
-      const double dist_ne = opt_sharded ? total_replicas : 1;
-      const double dist_e = opt_sharded ? edp_all : 1;
-      const double opt =
-          (p_ne / dist_ne + (p_e > 0 ? p_e / dist_e : 0.0)) * step_bytes /
-          (catalog_->type(st.gpu_type).hbm_gbps * 1e9);
       tmpl_opt = std::max(tmpl_opt, opt);
+      if (kept != nullptr) {
+        kept->synced[s] = 1;
+        kept->stage_sync[s] = g;
+        kept->stage_opt[s] = opt;
+      }
     }
     if (kept != nullptr) {
       kept->priced = true;

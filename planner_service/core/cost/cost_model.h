@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "planner_service/core/model/cluster.h"
 #include "planner_service/core/cost/cost_params.h"
 #include "planner_service/core/model/gpu_catalog.h"
@@ -129,6 +130,11 @@ class CostModel {
   // again; its memory is checked again only when its busiest replica runs
   // fewer micro-batches than it has stages. Prices, reasons and balances
   // are those of pricing afresh, bit for bit (cost_model_test).
+  //
+  // The same holds stage by stage: a template priced again with some
+  // stages changed and the rest of its key the same (auto-fill's tiling
+  // re-selection changes one stage's tiling at a time) has only those
+  // stages' time, gradient sync, optimizer step and memory priced again.
   class PricingScratch {
    private:
     friend class CostModel;
@@ -147,6 +153,18 @@ class CostModel {
       bool priced = false;
       double worst_sync = 0, worst_opt = 0;
       int fits_deep = 0;
+      // Per stage, under the same key: its gradient sync and optimizer
+      // step once priced (`synced`), and whether it fits in memory with
+      // `mem_in_flight` micro-batches in flight (-1: not checked).
+      std::vector<uint8_t> synced;
+      std::vector<double> stage_sync, stage_opt;
+      std::vector<int> mem_in_flight;
+      std::vector<uint8_t> mem_fits;
+      // Forgets what was priced for stage s (its stage changed).
+      void ForgetStage(int s) {
+        synced[s] = 0;
+        mem_in_flight[s] = -1;
+      }
     };
     std::vector<PlacementFacts> facts_;
     std::vector<TimedTemplate> timed_;
@@ -177,6 +195,20 @@ class CostModel {
   // search timing many variants of one placement.
   double StageTime(const Plan& plan, int t, int s,
                    PricingScratch& scratch) const;
+
+  // Memory (StageMemoryOf's total, GiB) and time per micro-batch
+  // (StageTime's) of stage `s` of template `t` under each of `tilings`, bit
+  // for bit what those give with the stage's tiling set to each in turn:
+  // what auto-fill's tiling pick compares, with the profile cells and the
+  // placement facts (from `scratch` when given) looked up once. A tiling
+  // whose memory exceeds `memory_limit_gib` is not timed (kInfeasible).
+  // The stage keeps its tiling. `memory_gib` and `time_s` hold one entry
+  // per tiling.
+  void PriceStageTilings(Plan& plan, int t, int s,
+                         absl::Span<const ExpertTiling> tilings,
+                         double memory_limit_gib, PricingScratch* scratch,
+                         absl::Span<double> memory_gib,
+                         absl::Span<double> time_s) const;
 
   // Profiled cost of one layer of `kind`; nullptr-like (present=false) when
   // no entry exists. tp / mbs must be powers of two.
@@ -238,6 +270,26 @@ class CostModel {
   StageMemory MemoryWithParams(const Plan& plan, int t, int s,
                                const StageParams& params,
                                const StageCells& cells) const;
+  // What every stage's gradient sync and optimizer step read of the whole
+  // plan (placement facts of each template in `facts`).
+  struct SyncContext {
+    int total_replicas = 0, templates = 0;
+    bool plan_single_node = true;
+    double plan_min_ring_share = kInfeasible;
+    double replicas_moved = 0, reduce_share = 1, step_bytes = 0;
+    bool opt_sharded = false;
+  };
+  SyncContext SyncContextOf(const Plan& plan,
+                            const PlacementFacts* facts) const;
+  // Stage s of `t`'s gradient sync left exposed after its overlap with the
+  // last backward (`stage_s`: its time per micro-batch) and its optimizer
+  // step.
+  struct SyncAndStep {
+    double sync_s = 0, step_s = 0;
+  };
+  SyncAndStep StageSyncAndStep(const Template& t, int s, const StageParams& sp,
+                               double stage_s, const PlacementFacts& f,
+                               const SyncContext& c) const;
   double Evaluate(const Plan& plan, Infeasibility* why,
                   Prediction* detail) const;
   struct PlanWork;  // per-template facts and stage times, see cost_model.cc

@@ -12,6 +12,13 @@
 
 namespace arachne {
 
+AutoFill::AutoFill(const CostModel& cost_model, double tiling_reselect_margin)
+    : cm_(cost_model), tiling_reselect_margin_(tiling_reselect_margin) {
+  const int experts = cm_.model().is_moe() ? cm_.model().moe.num_experts : 0;
+  for (int ep = 1; ep <= experts; ++ep)
+    if (experts % ep == 0) expert_divisors_.push_back(ep);
+}
+
 std::vector<std::vector<int>> AutoFill::CandidateSplits(
     const Plan& plan, int template_index) const {
   const Template& t = plan.templates[template_index];
@@ -70,7 +77,8 @@ double AutoFill::Price(Plan& plan, int64_t* evaluations,
 double AutoFill::PickExpertTilings(Plan& plan, int template_index,
                                    TilingOptions& options,
                                    int64_t* evaluations,
-                                   CostModel::PricingScratch* scratch) const {
+                                   CostModel::PricingScratch* scratch,
+                                   TilingScratch& tiling_scratch) const {
   Template& t = plan.templates[template_index];
   const ModelSpec& model = cm_.model();
   options.assign(t.depth(), {});
@@ -88,29 +96,36 @@ double AutoFill::PickExpertTilings(Plan& plan, int template_index,
     }
     const int w = st.tp * t.replicas;
     const int max_node = cm_.cluster().MaxNodeSizeOfType(st.gpu_type);
-    double best_time = kInfeasible;
-    ExpertTiling best{1, 1, w};
+    std::vector<ExpertTiling>& legal = tiling_scratch.tilings;
+    legal.clear();
     for (int etp = 1; etp <= max_node && w % etp == 0; etp *= 2) {
       if (!cm_.HasProfile(LayerKind::kMoeExperts, st.gpu_type, etp,
                           t.micro_batch_size))
         continue;
       if (!GroupsStayInNode(t, s, etp)) continue;
-      for (int ep = 1; ep <= w / etp; ++ep) {
-        if ((w / etp) % ep != 0 || model.moe.num_experts % ep != 0) continue;
-        st.tiling = ExpertTiling{ep, etp, w / (etp * ep)};
-        if (cm_.StageMemoryOf(plan, template_index, s).total_gib() >
-            cm_.UsableMemoryGib(st.gpu_type))
-          continue;
-        options[s].push_back(st.tiling);
-        // The placement is the fill's: its facts are the scratch's.
-        const double time =
-            scratch != nullptr
-                ? cm_.StageTime(plan, template_index, s, *scratch)
-                : cm_.StageTime(plan, template_index, s);
-        if (time < best_time) {
-          best_time = time;
-          best = st.tiling;
-        }
+      // EP divides the experts and the GPUs left by ETP, ascending.
+      for (int ep : expert_divisors_) {
+        if (ep > w / etp) break;
+        if ((w / etp) % ep != 0) continue;
+        legal.push_back(ExpertTiling{ep, etp, w / (etp * ep)});
+      }
+    }
+    // Priced together: the stage's profile cells and placement facts are
+    // looked up once, not per tiling.
+    tiling_scratch.memory_gib.resize(legal.size());
+    tiling_scratch.time_s.resize(legal.size());
+    const double usable = cm_.UsableMemoryGib(st.gpu_type);
+    cm_.PriceStageTilings(plan, template_index, s, legal, usable, scratch,
+                          absl::MakeSpan(tiling_scratch.memory_gib),
+                          absl::MakeSpan(tiling_scratch.time_s));
+    double best_time = kInfeasible;
+    ExpertTiling best{1, 1, w};
+    for (size_t i = 0; i < legal.size(); ++i) {
+      if (tiling_scratch.memory_gib[i] > usable) continue;
+      options[s].push_back(legal[i]);
+      if (tiling_scratch.time_s[i] < best_time) {
+        best_time = tiling_scratch.time_s[i];
+        best = legal[i];
       }
     }
     st.tiling = best;
@@ -249,6 +264,7 @@ absl::StatusOr<FillResult> AutoFill::Extend(
   };
   std::vector<Deferred> deferred;
   TilingOptions options;
+  TilingScratch tiling_scratch;
   bool any_profiled = false, any_fits = false;
   for (int mbs = 1; mbs <= cm_.params().max_micro_batch_size; mbs *= 2) {
     if (static_cast<int64_t>(mbs) * replicas > cm_.training().global_batch)
@@ -267,7 +283,8 @@ absl::StatusOr<FillResult> AutoFill::Extend(
         for (Stage& st : plan.templates[idx].stages) st.tiling = ExpertTiling{};
         time = Price(plan, evaluations, &scratch);
       } else {
-        time = PickExpertTilings(plan, idx, options, evaluations, &scratch);
+        time = PickExpertTilings(plan, idx, options, evaluations, &scratch,
+                                 tiling_scratch);
         if (std::isfinite(time)) {
           Deferred d{time, mbs, split, {}, options};
           for (const Stage& st : plan.templates[idx].stages)

@@ -51,8 +51,7 @@ class AutoFill {
   // `cost_model` must outlive the AutoFill. `tiling_reselect_margin`:
   // kTilingReselectMargin by default; infinity re-selects every candidate.
   explicit AutoFill(const CostModel& cost_model,
-                    double tiling_reselect_margin = kTilingReselectMargin)
-      : cm_(cost_model), tiling_reselect_margin_(tiling_reselect_margin) {}
+                    double tiling_reselect_margin = kTilingReselectMargin);
 
   // Fills `structure` on the GPUs `pool` leaves free and returns the best
   // plan `so_far` + the new template. FailedPrecondition saying why when no
@@ -90,13 +89,19 @@ class AutoFill {
  private:
   // The feasible expert tilings of each stage of a template.
   using TilingOptions = std::vector<std::vector<ExpertTiling>>;
+  // The tiling pick's buffers, reused from stage to stage within a fill.
+  struct TilingScratch {
+    std::vector<ExpertTiling> tilings;
+    std::vector<double> memory_gib, time_s;
+  };
   // Sets each MoE stage's tiling to its fastest stage time among those
   // that fit (`options` gets them; a dense stage's is its one tiling, and
   // every list is empty when the batch does not balance) and prices the
   // plan.
   double PickExpertTilings(Plan& plan, int template_index,
                            TilingOptions& options, int64_t* evaluations,
-                           CostModel::PricingScratch* scratch) const;
+                           CostModel::PricingScratch* scratch,
+                           TilingScratch& tiling_scratch) const;
   // Re-selects each stage's tiling among `options` against the whole
   // iteration (gradient sync and memory differ between tilings of the
   // same stage time), from the plan priced at `time`. Returns the time.
@@ -111,6 +116,9 @@ class AutoFill {
 
   const CostModel& cm_;
   double tiling_reselect_margin_;
+  // The divisors of the model's routed experts, ascending: the expert-
+  // parallel degrees a tiling can have (empty for a dense model).
+  std::vector<int> expert_divisors_;
 };
 
 }  // namespace arachne
