@@ -902,6 +902,21 @@ CostModel::StageSyncAndStep(const Template& t, int s, const StageParams& sp,
   return out;
 }
 
+CostModel::StageWeight CostModel::StageWeightOf(
+    const Plan& plan, int t, int s, PricingScratch& scratch) const {
+  const PlacementFacts* facts = ScratchFacts(plan, scratch);
+  const Template& tmpl = plan.templates[t];
+  const StageCells cells = CellsOf(tmpl, s);
+  StageWeight w;
+  w.time_s = StageTimeTerms(plan, t, s, facts[t], cells).total();
+  const SyncAndStep ss =
+      StageSyncAndStep(tmpl, s, ParamsOf(tmpl, s, cells), w.time_s, facts[t],
+                       SyncContextOf(plan, facts));
+  w.sync_s = ss.sync_s;
+  w.step_s = ss.step_s;
+  return w;
+}
+
 double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
                                Infeasibility* why, Prediction* detail,
                                PricingScratch* scratch) const {

@@ -210,6 +210,19 @@ class CostModel {
                          absl::Span<double> memory_gib,
                          absl::Span<double> time_s) const;
 
+  // What stage `s` of template `t` adds to the iteration, as it is now,
+  // apart from the balance: its time per micro-batch, its gradient sync
+  // left exposed and its optimizer step. The iteration is the slowest
+  // template's pipeline plus the worst sync and step over every stage, so
+  // a change to one stage that lowers none of the three (and leaves every
+  // other stage as it was) cannot lower it. Placement facts from `scratch`
+  // (see PricingScratch).
+  struct StageWeight {
+    double time_s = 0, sync_s = 0, step_s = 0;
+  };
+  StageWeight StageWeightOf(const Plan& plan, int t, int s,
+                            PricingScratch& scratch) const;
+
   // Profiled cost of one layer of `kind`; nullptr-like (present=false) when
   // no entry exists. tp / mbs must be powers of two.
   const LayerCost& Layer(LayerKind kind, int gpu_type, int tp, int mbs) const;

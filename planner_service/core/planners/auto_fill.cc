@@ -12,8 +12,11 @@
 
 namespace arachne {
 
-AutoFill::AutoFill(const CostModel& cost_model, double tiling_reselect_margin)
-    : cm_(cost_model), tiling_reselect_margin_(tiling_reselect_margin) {
+AutoFill::AutoFill(const CostModel& cost_model, double tiling_reselect_margin,
+                   bool skip_dominated_tilings)
+    : cm_(cost_model),
+      tiling_reselect_margin_(tiling_reselect_margin),
+      skip_dominated_tilings_(skip_dominated_tilings) {
   const int experts = cm_.model().is_moe() ? cm_.model().moe.num_experts : 0;
   for (int ep = 1; ep <= experts; ++ep)
     if (experts % ep == 0) expert_divisors_.push_back(ep);
@@ -170,16 +173,54 @@ double AutoFill::ReselectExpertTilings(Plan& plan, int template_index,
     }
     for (int s = 0; s < t.depth(); ++s) t.stages[s].tiling = keep[s];
   }
+  // Stage by stage. Once the plan prices finite, an alternative that
+  // lowers neither the stage's time nor a sync or optimizer step that is
+  // the plan's worst cannot lower the iteration (CostModel::StageWeight):
+  // it is not priced. On bench/moe-scale that is 3 in 4 alternatives, and
+  // pricing them anyway found none faster in 3.3 million.
+  const bool prune =
+      skip_dominated_tilings_ && scratch != nullptr && std::isfinite(best);
+  std::vector<CostModel::StageWeight> weights;
+  double others_sync = 0, others_step = 0;  // over the other templates
+  if (prune) {
+    for (int j = 0; j < static_cast<int>(plan.templates.size()); ++j) {
+      for (int s = 0; s < plan.templates[j].depth(); ++s) {
+        const CostModel::StageWeight w = cm_.StageWeightOf(plan, j, s, *scratch);
+        if (j == template_index) {
+          weights.push_back(w);
+        } else {
+          others_sync = std::max(others_sync, w.sync_s);
+          others_step = std::max(others_step, w.step_s);
+        }
+      }
+    }
+  }
   for (int s = 0; s < t.depth(); ++s) {
     if (options[s].size() <= 1) continue;
     ExpertTiling keep = t.stages[s].tiling;
+    double rest_sync = others_sync, rest_step = others_step;
+    for (int r = 0; prune && r < t.depth(); ++r) {
+      if (r == s) continue;
+      rest_sync = std::max(rest_sync, weights[r].sync_s);
+      rest_step = std::max(rest_step, weights[r].step_s);
+    }
     for (const ExpertTiling& x : options[s]) {
       if (x == keep) continue;
       t.stages[s].tiling = x;
+      CostModel::StageWeight w;
+      if (prune) {
+        const CostModel::StageWeight& now = weights[s];
+        w = cm_.StageWeightOf(plan, template_index, s, *scratch);
+        if (w.time_s >= now.time_s &&
+            (w.sync_s >= now.sync_s || now.sync_s <= rest_sync) &&
+            (w.step_s >= now.step_s || now.step_s <= rest_step))
+          continue;
+      }
       const double candidate = Price(plan, evaluations, scratch);
       if (candidate < best) {
         best = candidate;
         keep = x;
+        if (prune) weights[s] = w;
       }
     }
     t.stages[s].tiling = keep;

@@ -50,8 +50,13 @@ class AutoFill {
  public:
   // `cost_model` must outlive the AutoFill. `tiling_reselect_margin`:
   // kTilingReselectMargin by default; infinity re-selects every candidate.
+  // `skip_dominated_tilings`: the stage-by-stage re-selection leaves out
+  // the alternatives that lower no term of the iteration (see
+  // ReselectExpertTilings); false prices every one (the reference its
+  // test compares with).
   explicit AutoFill(const CostModel& cost_model,
-                    double tiling_reselect_margin = kTilingReselectMargin);
+                    double tiling_reselect_margin = kTilingReselectMargin,
+                    bool skip_dominated_tilings = true);
 
   // Fills `structure` on the GPUs `pool` leaves free and returns the best
   // plan `so_far` + the new template. FailedPrecondition saying why when no
@@ -104,7 +109,8 @@ class AutoFill {
                            TilingScratch& tiling_scratch) const;
   // Re-selects each stage's tiling among `options` against the whole
   // iteration (gradient sync and memory differ between tilings of the
-  // same stage time), from the plan priced at `time`. Returns the time.
+  // same stage time), from the plan priced at `time`: one tiling on every
+  // stage that has it, then stage by stage. Returns the time.
   double ReselectExpertTilings(Plan& plan, int template_index,
                                const TilingOptions& options, double time,
                                int64_t* evaluations,
@@ -116,6 +122,7 @@ class AutoFill {
 
   const CostModel& cm_;
   double tiling_reselect_margin_;
+  bool skip_dominated_tilings_;
   // The divisors of the model's routed experts, ascending: the expert-
   // parallel degrees a tiling can have (empty for a dense model).
   std::vector<int> expert_divisors_;
