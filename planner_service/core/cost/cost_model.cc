@@ -852,7 +852,7 @@ CostModel::SyncContext CostModel::SyncContextOf(
 [[gnu::always_inline]] inline CostModel::SyncAndStep
 CostModel::StageSyncAndStep(const Template& t, int s, const StageParams& sp,
                             double stage_s, const PlacementFacts& f,
-                            const SyncContext& c) const {
+                            SyncContext c) const {
   const Stage& st = t.stages[s];
   const FrameworkConfig& fw = training_.framework;
   // Gradient synchronisation of this stage's layers over every replica

@@ -302,7 +302,7 @@ class CostModel {
   };
   SyncAndStep StageSyncAndStep(const Template& t, int s, const StageParams& sp,
                                double stage_s, const PlacementFacts& f,
-                               const SyncContext& c) const;
+                               SyncContext c) const;
   double Evaluate(const Plan& plan, Infeasibility* why,
                   Prediction* detail) const;
   struct PlanWork;  // per-template facts and stage times, see cost_model.cc
