@@ -40,10 +40,11 @@ struct FillResult {
 // tilings (one plan priced per alternative tiling of every stage). The
 // re-selection gains 4% on average where it gains (Qwen3-30B-A3B on 256
 // GPUs), so candidates 10% behind rarely win: on 175 random MoE templates
-// (auto_fill_test) the fill is the same on 171 and prices 6,839 plans
-// instead of 17,128; one fills 19.7% slower (margin 0.2: 6.1%, 8,184
-// plans; 0.5: 0.3%, 11,050 plans). Under the earlier calibration (H100 as
-// a copy of A100-80GB) it was the same on 178 of 179, at most 0.12% slower.
+// (auto_fill_test, 2026-12-07) the fill is the same on 171 and prices
+// 6,725 plans instead of 17,128; the worst fills 6.1% slower (margin 0.2:
+// the same, 7,911 plans; 0.5: 174 the same, at most 0.3% slower, 10,830
+// plans). Earlier calibrations measured one template 19.7% slower (175)
+// and at most 0.12% (179).
 inline constexpr double kTilingReselectMargin = 0.10;
 
 class AutoFill {
