@@ -37,7 +37,7 @@ struct FillResult {
 // How much slower than the best filled candidate so far a MoE candidate
 // (micro-batch size x layer split) may price with each stage's fastest
 // expert tiling and still get the whole-iteration re-selection of its
-// tilings (one plan priced per alternative tiling of every stage). The
+// tilings (a plan priced per alternative tiling that could win). The
 // re-selection gains 4% on average where it gains (Qwen3-30B-A3B on 256
 // GPUs), so candidates 10% behind rarely win: on 175 random MoE templates
 // (auto_fill_test, 2026-12-07) the fill is the same on 171 and prices
