@@ -346,7 +346,6 @@ Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
     const Template& t = plan.templates[j];
     PricingScratch::TimedTemplate* kept =
         scratch != nullptr ? &scratch->timed_[j] : nullptr;
-    const size_t first = work.stage_t.size();
     if (kept != nullptr && kept->valid &&
         kept->micro_batch_size == t.micro_batch_size &&
         kept->replicas == t.replicas &&
@@ -380,12 +379,11 @@ Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
       if (changed) {
         kept->priced = false;
         kept->fits_deep = 0;
-        kept->max_t = max_t;
-        kept->sum_t = sum_t;
       }
       continue;
     }
     if (kept != nullptr) kept->valid = false;
+    const size_t first = work.stage_t.size();
     for (int s = 0; s < t.depth(); ++s) {
       const double ts =
           StageTimeTerms(plan, j, s, work.facts[j], CellsOf(t, s)).total();
@@ -403,8 +401,6 @@ Infeasibility CostModel::PrepareWork(const Plan& plan, bool stage_times,
       kept->templates = n;
       kept->stages.assign(t.stages.begin(), t.stages.end());
       kept->stage_t.assign(work.stage_t.begin() + first, work.stage_t.end());
-      kept->max_t = work.max_t[j];
-      kept->sum_t = work.sum_t[j];
       kept->fits_deep = 0;
       kept->synced.assign(t.depth(), 0);
       kept->stage_sync.assign(t.depth(), 0.0);
@@ -965,12 +961,12 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
     const bool deep = t.max_micro_batches() >= d;
     // Whether stage s of a kept template fits with the micro-batches this
     // balance puts in flight, checked once per count.
-    auto kept_stage_fits = [&](int s, const StageCells& cells,
-                               const StageParams& sp) {
+    auto kept_stage_fits = [&](int s) {
       const int in_flight = std::min(d - s, t.max_micro_batches());
       if (kept->mem_in_flight[s] != in_flight) {
-        const StageMemory mem =
-            MemoryWithParams(plan, static_cast<int>(j), s, sp, cells);
+        const StageCells cells = CellsOf(t, s);
+        const StageMemory mem = MemoryWithParams(
+            plan, static_cast<int>(j), s, ParamsOf(t, s, cells), cells);
         kept->mem_in_flight[s] = in_flight;
         kept->mem_fits[s] =
             mem.total_gib() <= UsableMemoryGib(t.stages[s].gpu_type);
@@ -980,13 +976,7 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
     if (kept != nullptr && kept->priced) {
       if (!deep || kept->fits_deep == 0) {
         for (int s = 0; s < d; ++s) {
-          const int in_flight = std::min(d - s, t.max_micro_batches());
-          if (kept->mem_in_flight[s] == in_flight) {
-            if (kept->mem_fits[s]) continue;
-          } else {
-            const StageCells cells = CellsOf(t, s);
-            if (kept_stage_fits(s, cells, ParamsOf(t, s, cells))) continue;
-          }
+          if (kept_stage_fits(s)) continue;
           if (deep) kept->fits_deep = -1;
           return fail(Infeasibility::kOutOfMemory);
         }
@@ -1017,12 +1007,7 @@ double CostModel::EvaluateWith(const Plan& plan, const PlanWork& work,
       if (kept != nullptr && kept->synced[s]) {
         // Priced under this key before (timed: kept needs the balance's
         // stage times): only its memory may read this balance.
-        const int in_flight = std::min(d - s, t.max_micro_batches());
-        bool fits = kept->mem_fits[s] != 0;
-        if (kept->mem_in_flight[s] != in_flight) {
-          const StageCells cells = CellsOf(t, s);
-          fits = kept_stage_fits(s, cells, ParamsOf(t, s, cells));
-        }
+        const bool fits = kept_stage_fits(s);
         oom = oom || !fits;
         ++stage_index;
         tmpl_sync = std::max(tmpl_sync, kept->stage_sync[s]);

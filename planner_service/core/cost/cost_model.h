@@ -146,7 +146,6 @@ class CostModel {
           templates = 0;
       std::vector<Stage> stages;  // placement-free: gpu_type, tp, layers, tiling
       std::vector<double> stage_t;
-      double max_t = 0, sum_t = 0;
       // Once a plan with it was priced (`priced`): its stages' worst
       // gradient sync and optimizer step, and whether they fit in memory
       // with d - s micro-batches in flight on stage s (1, -1; 0 unknown).
