@@ -78,17 +78,6 @@ DefaultPlannerChoice ChooseDefaultPlanner(const CostModel& cost_model) {
                      "take at most ",
                      kEnvDeviceSlots));
   }
-  if (types > kEnvTypeSlots) {
-    // The policies never saw the grouped view of more types than type
-    // slots; on bench/many-types the uniform search did better (geomean
-    // 1.050 of the best baseline against the policy's 1.018: docs/
-    // planners.md).
-    return fallback(kLearnedFallbackPlanner,
-                    absl::StrCat("the cluster has ", types,
-                                 " GPU types; no learned policy was trained "
-                                 "on more than ",
-                                 kEnvTypeSlots));
-  }
   absl::StatusOr<std::unique_ptr<PolicyModel>> policy =
       MakeLearnedPolicy(cost_model);
   if (!policy.ok()) {
@@ -97,6 +86,18 @@ DefaultPlannerChoice ChooseDefaultPlanner(const CostModel& cost_model) {
         kLearnedFallbackPlanner,
         absl::StrCat("no learned policy serves model \"", model, "\": ",
                      NoPolicyReason(model, policy.status().message())));
+  }
+  if (const int trained = (*policy)->MostGpuTypesTrainedOn();
+      types > trained) {
+    // More types than any training composition: the state groups them in
+    // a way this policy never saw (docs/learned-policy.md, State), and on
+    // bench/many-types the uniform search beat such a policy (docs/
+    // planners.md, Clusters of many GPU types).
+    return fallback(kLearnedFallbackPlanner,
+                    absl::StrCat("the cluster has ", types,
+                                 " GPU types; the learned policy for model \"",
+                                 cost_model.model().name,
+                                 "\" was trained on at most ", trained));
   }
   // The probe's policy serves the run on this cost model; a later run on
   // another (or a second run) asks the registered factory again.

@@ -61,6 +61,10 @@ std::string CheckpointInfoToJson(const PolicyCheckpointInfo& info) {
                    {"wall_s", info.training.wall_s},
                    {"final_mean_reward", info.training.final_mean_reward},
                    {"best_reward", info.training.best_reward}};
+  // Written only when it differs from the rule of the checkpoints that
+  // predate it, so their metadata reads as before.
+  if (info.training.max_gpu_types != kLegacyMaxGpuTypes)
+    j["training"]["max_gpu_types"] = info.training.max_gpu_types;
   if (!info.training.models.empty() || info.training.generated_models > 0) {
     j["training"]["models"] = info.training.models;
     j["training"]["generated_models"] = info.training.generated_models;
@@ -99,6 +103,13 @@ absl::StatusOr<PolicyCheckpointInfo> ParseCheckpointInfo(
       info.training.models =
           t.value("models", std::vector<std::string>{});
       info.training.generated_models = t.value("generated_models", 0);
+      info.training.max_gpu_types =
+          t.value("max_gpu_types", kLegacyMaxGpuTypes);
+      if (info.training.max_gpu_types < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": checkpoint metadata: training.max_gpu_types must be "
+            ">= 1, got ", info.training.max_gpu_types));
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(

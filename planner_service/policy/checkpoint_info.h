@@ -42,6 +42,11 @@ inline constexpr char kGeneralPolicyProfiles[] = "*";
 // structure change: an old checkpoint would read the wrong inputs.
 inline constexpr int kPolicyFormatVersion = 1;
 
+// The most GPU types per training composition before `arachne train` took
+// --max-types (the trainer's fixed rule then); a checkpoint without
+// training.max_gpu_types was trained under it.
+inline constexpr int kLegacyMaxGpuTypes = 4;
+
 struct PolicyTrainingStats {
   int64_t episodes = 0;  // rollouts played in training
   int compositions = 0;  // training compositions
@@ -55,6 +60,10 @@ struct PolicyTrainingStats {
   // held out) and how many generated shapes it also saw.
   std::vector<std::string> models;
   int generated_models = 0;
+  // The most GPU types in one training composition (--max-types). A
+  // checkpoint written before the field existed was trained on at most
+  // kLegacyMaxGpuTypes: its trainer drew 2 to 4 types per composition.
+  int max_gpu_types = kLegacyMaxGpuTypes;
 };
 
 struct PolicyCheckpointInfo {

@@ -27,9 +27,13 @@ namespace {
 // Shares one loaded snapshot between plans; inference only reads it.
 class SharedPolicy : public PolicyModel {
  public:
-  SharedPolicy(std::shared_ptr<const PolicyWeights> weights, bool foreign)
-      : weights_(std::move(weights)), foreign_(foreign) {}
+  SharedPolicy(std::shared_ptr<const PolicyWeights> weights, bool foreign,
+               int max_gpu_types)
+      : weights_(std::move(weights)),
+        foreign_(foreign),
+        max_gpu_types_(max_gpu_types) {}
   bool PlansAModelItWasNotTrainedOn() const override { return foreign_; }
+  int MostGpuTypesTrainedOn() const override { return max_gpu_types_; }
   void ActionProbabilities(const ConstructionEnv& env,
                            absl::Span<float> probabilities) override {
     // As PolicyNetwork::ActionProbabilities: exp of the masked log-softmax.
@@ -44,6 +48,7 @@ class SharedPolicy : public PolicyModel {
   PolicyScratch scratch_;  // one planning run's inference buffers
   std::shared_ptr<const PolicyWeights> weights_;
   bool foreign_;
+  int max_gpu_types_;
 };
 
 struct CachedCheckpoint {
@@ -131,7 +136,8 @@ PolicyModelFactory MakeTorchPolicyFactory(TorchPolicyOptions options) {
       // The model's own checkpoint, or its declared relative's: a close
       // model by declaration, planned with the usual exploration.
       return std::unique_ptr<PolicyModel>(
-          std::make_unique<SharedPolicy>(ckpt->weights, /*foreign=*/false));
+          std::make_unique<SharedPolicy>(ckpt->weights, /*foreign=*/false,
+                                         ckpt->info.training.max_gpu_types));
     }
     // Then the model-conditioned policy, which serves any model.
     const std::string general_path =
@@ -158,7 +164,8 @@ PolicyModelFactory MakeTorchPolicyFactory(TorchPolicyOptions options) {
       const bool foreign =
           std::find(trained.begin(), trained.end(), model.name) == trained.end();
       return std::unique_ptr<PolicyModel>(
-          std::make_unique<SharedPolicy>(general->weights, foreign));
+          std::make_unique<SharedPolicy>(
+              general->weights, foreign, general->info.training.max_gpu_types));
     }
     return absl::FailedPreconditionError(
         NoPolicyMessage(model.name, absl::StrJoin(why, "; ")));

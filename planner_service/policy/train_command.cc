@@ -49,10 +49,18 @@ std::string CurvePlotPath(const std::string& curve_csv) {
 // (--exclude-scenarios, default the source tree's bench/scenarios).
 absl::StatusOr<std::vector<Scenario>> LoadSuite(const TrainOptions& o,
                                                 const GpuCatalog& catalog) {
-  const std::string suite_dir = o.exclude_scenarios.empty()
-                                    ? ARACHNE_SOURCE_SCENARIOS_DIR
-                                    : o.exclude_scenarios;
-  return LoadScenarioSuite(suite_dir, {}, catalog, o.profiles_dir);
+  const std::vector<std::string> dirs =
+      o.exclude_scenarios.empty()
+          ? std::vector<std::string>{ARACHNE_SOURCE_SCENARIOS_DIR}
+          : o.exclude_scenarios;
+  std::vector<Scenario> suite;
+  for (const std::string& dir : dirs) {
+    absl::StatusOr<std::vector<Scenario>> one =
+        LoadScenarioSuite(dir, {}, catalog, o.profiles_dir);
+    if (!one.ok()) return one.status();
+    for (Scenario& s : *one) suite.push_back(std::move(s));
+  }
+  return suite;
 }
 
 // Draws the training curve with bench/plot_training_curve.py. A missing
@@ -311,8 +319,21 @@ absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& o,
     if (!t.ok()) return t.status();
     gen_config.gpu_types.push_back(*t);
   }
-  gen_config.min_types = std::min<int>(2, gen_config.gpu_types.size());
-  gen_config.max_types = std::min<int>(4, gen_config.gpu_types.size());
+  if (o.max_types < 1 || o.max_types > kEnvDeviceSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train: --max-types must be in [1, ", kEnvDeviceSlots,
+                     "] (the device head's slots), got ", o.max_types));
+  }
+  if (o.min_types < 1 || o.min_types > o.max_types) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train: --min-types must be in [1, --max-types = ",
+                     o.max_types, "], got ", o.min_types));
+  }
+  // At most the types given: --gpu-types A,B trains on pairs whatever the
+  // range says.
+  const int type_choices = static_cast<int>(gen_config.gpu_types.size());
+  gen_config.min_types = std::min(o.min_types, type_choices);
+  gen_config.max_types = std::min(o.max_types, type_choices);
   gen_config.min_gpus = o.min_gpus;
   gen_config.max_gpus = o.max_gpus;
 
@@ -464,6 +485,8 @@ absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& o,
   info.training.episodes = (*trainer)->episodes();
   info.training.compositions = report.compositions;
   info.training.seed = o.seed;
+  info.training.max_gpu_types =
+      std::min<int>(o.max_types, o.gpu_types.size());
   if (conditioned) {
     info.training.models = o.models;
     info.training.generated_models = o.generated_models;
@@ -535,11 +558,20 @@ void AddTrainFlags(CLI::App* train, TrainOptions* o) {
   train->add_option("--profiles-dir", o->profiles_dir,
                     "override profiles/ data");
   train->add_option("--exclude-scenarios", o->exclude_scenarios,
-                    "scenario suite kept out of training (default: "
-                    "bench/scenarios)");
+                    "scenario suites kept out of training, comma-separated "
+                    "(default: bench/scenarios); --evaluate plans them")
+      ->delimiter(',');
   train->add_option("--gpu-types", o->gpu_types,
                     "GPU types to draw compositions from")
       ->delimiter(',')
+      ->capture_default_str();
+  train->add_option("--min-types", o->min_types,
+                    "fewest GPU types in a training composition (at most "
+                    "the --gpu-types given)")
+      ->capture_default_str();
+  train->add_option("--max-types", o->max_types,
+                    "most GPU types in a training composition (at most the "
+                    "--gpu-types given; 1-16)")
       ->capture_default_str();
   train->add_option("--min-gpus", o->min_gpus, "smallest training cluster")
       ->capture_default_str();

@@ -13,6 +13,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "planner_service/policy/checkpoint_info.h"
 #include "planner_service/policy/grpo_trainer.h"
 
 namespace arachne {
@@ -41,12 +42,20 @@ struct TrainOptions {
   std::string init;
   std::string curve;      // training-curve CSV ("": <out>.curve.csv)
   std::string profiles_dir;  // "" = built-in data
-  // Scenario suite whose compositions training must never see ("": the
-  // source tree's bench/scenarios).
-  std::string exclude_scenarios;
+  // Scenario suites whose compositions training must never see (empty: the
+  // source tree's bench/scenarios); --evaluate plans their compositions.
+  std::vector<std::string> exclude_scenarios;
   // GPU types the generator draws from (catalog ids).
   std::vector<std::string> gpu_types = {"A100-40GB", "A100-80GB", "H100-80GB",
                                         "A6000"};
+  // Types per training composition, drawn uniformly in [min_types,
+  // max_types], each at most the number of gpu_types (1 <= min_types <=
+  // max_types <= kEnvDeviceSlots). Above kEnvTypeSlots the state groups
+  // types (docs/learned-policy.md, State); the checkpoint records the most
+  // types drawn, and the default planner uses a policy only on clusters of
+  // at most that many types.
+  int min_types = 2;
+  int max_types = kLegacyMaxGpuTypes;
   int min_gpus = 8;
   int max_gpus = 512;
   TrainingConfig training;

@@ -1,8 +1,9 @@
 // Clusters with more GPU types than the state's 4 type slots (issue 35):
 // the construction environment groups their types into the type slots by
 // the documented rule and loses none (every type is a device slot a stage
-// can take), template-search (the default there) plans 5- and 8-type
-// clusters, and a cluster with more types than the device slots falls back
+// can take), template-search plans 5- and 8-type clusters, the default
+// planner is the learned one only where its policy was trained on as many
+// types (template-search otherwise), and a cluster with more types than the device slots falls back
 // to a baseline search, saying so in one line.
 #include <memory>
 #include <numeric>
@@ -174,20 +175,68 @@ TEST_P(ManyGpuTypesPlanTest, TemplateSearchPlansIt) {
   EXPECT_GE(StageTypes(r->plan).size(), 2u);
 }
 
-TEST_P(ManyGpuTypesPlanTest, TheDefaultPlannerIsTemplateSearchNotAnError) {
-  // Whatever policy is registered: none was trained on more than 4 types.
+// A trained policy's stand-in: uniform choices, trained (it says) on
+// compositions of at most `max_types` GPU types.
+class PolicyTrainedOnTypes : public UniformPolicyModel {
+ public:
+  explicit PolicyTrainedOnTypes(int max_types) : max_types_(max_types) {}
+  int MostGpuTypesTrainedOn() const override { return max_types_; }
+
+ private:
+  int max_types_;
+};
+
+class RegisteredPolicyTrainedOn {
+ public:
+  explicit RegisteredPolicyTrainedOn(int max_types) {
+    RegisterLearnedPolicyFactory(
+        [max_types](const CostModel&)
+            -> absl::StatusOr<std::unique_ptr<PolicyModel>> {
+          return std::unique_ptr<PolicyModel>(
+              std::make_unique<PolicyTrainedOnTypes>(max_types));
+        });
+  }
+  ~RegisteredPolicyTrainedOn() { RegisterLearnedPolicyFactory(nullptr); }
+};
+
+TEST_P(ManyGpuTypesPlanTest,
+       APolicyTrainedOnFewerTypesFallsBackToTemplateSearchNotAnError) {
+  // The checkpoints that predate training.max_gpu_types: at most 4.
+  RegisteredPolicyTrainedOn policy(4);
   auto ctx = ExampleContext("llama3-8b", GetParam());
   DefaultPlannerChoice choice = ChooseDefaultPlanner(ctx->cost_model());
   EXPECT_EQ(choice.name, kTemplateSearchPlannerName);
   EXPECT_EQ(choice.fallback_reason,
             absl::StrCat("the cluster has ",
                          ctx->cluster().types_present().size(),
-                         " GPU types; no learned policy was trained on more "
-                         "than 4"));
+                         " GPU types; the learned policy for model "
+                         "\"llama3-8b\" was trained on at most 4"));
   absl::StatusOr<PlanResult> r =
       choice.planner->Run(ctx->cost_model(), Options());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(ValidatePlan(r->plan, ctx->cost_model()).ok());
+}
+
+TEST_P(ManyGpuTypesPlanTest, APolicyTrainedOnAsManyTypesIsTheDefault) {
+  auto ctx = ExampleContext("llama3-8b", GetParam());
+  const int types = ctx->cluster().types_present().size();
+  {
+    RegisteredPolicyTrainedOn policy(types);
+    DefaultPlannerChoice choice = ChooseDefaultPlanner(ctx->cost_model());
+    EXPECT_EQ(choice.name, "learned");
+    EXPECT_EQ(choice.fallback_reason, "");
+    absl::StatusOr<PlanResult> r =
+        choice.planner->Run(ctx->cost_model(), Options());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->planner, "learned");
+    EXPECT_TRUE(ValidatePlan(r->plan, ctx->cost_model()).ok());
+  }
+  {
+    // One type short is one too few.
+    RegisteredPolicyTrainedOn policy(types - 1);
+    EXPECT_EQ(ChooseDefaultPlanner(ctx->cost_model()).name,
+              kTemplateSearchPlannerName);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(FiveAndEight, ManyGpuTypesPlanTest,

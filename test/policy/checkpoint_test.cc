@@ -14,6 +14,7 @@ namespace arachne {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class CheckpointTest : public ::testing::Test {
  protected:
@@ -73,6 +74,21 @@ TEST_F(CheckpointTest, MetadataJsonRoundTrips) {
   EXPECT_EQ(parsed->profile_fingerprint, "00000000deadbeef");
   EXPECT_EQ(parsed->network.film_hidden, 8);
   EXPECT_EQ(parsed->training.seed, 9u);
+  // Not written at the legacy value, so older metadata reads the same...
+  EXPECT_EQ(parsed->training.max_gpu_types, kLegacyMaxGpuTypes);
+  EXPECT_THAT(CheckpointInfoToJson(info), Not(HasSubstr("max_gpu_types")));
+  // ...and kept when a policy was trained on more types.
+  info.training.max_gpu_types = 8;
+  const std::string eight = CheckpointInfoToJson(info);
+  EXPECT_THAT(eight, HasSubstr("\"max_gpu_types\": 8"));
+  auto parsed8 = ParseCheckpointInfo(eight, "x.json");
+  ASSERT_TRUE(parsed8.ok()) << parsed8.status();
+  EXPECT_EQ(parsed8->training.max_gpu_types, 8);
+  std::string zero = eight;
+  zero.replace(zero.find("\"max_gpu_types\": 8"), 18, "\"max_gpu_types\": 0");
+  EXPECT_EQ(ParseCheckpointInfo(zero, "x.json").status().message(),
+            "x.json: checkpoint metadata: training.max_gpu_types must be >= "
+            "1, got 0");
   auto bad = ParseCheckpointInfo("{\"model\": 1}", "x.json");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("x.json: checkpoint metadata"));

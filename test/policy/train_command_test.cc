@@ -135,6 +135,50 @@ TEST(TrainCommandTest, TrainsWritesAndEvaluates) {
                         "\"qwen3-32b\""));
 }
 
+TEST(TrainCommandTest, TrainsOnManyTypesAndRecordsTheMostDrawn) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "train_many_types";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  TrainOptions o;
+  o.model = "llama3-8b";
+  o.compositions = 2;
+  o.episodes = 16;
+  o.max_gpus = 64;
+  o.seed = 5;
+  o.gpu_types = {"H100-80GB", "A100-80GB", "A100-40GB",
+                 "L40S",      "A6000",     "V100-32GB"};
+  o.min_types = 5;
+  o.max_types = 6;
+  // Both suites stay unseen: 53 compositions of bench/scenarios and 18 of
+  // bench/many-types.
+  o.exclude_scenarios = {std::string(ARACHNE_SOURCE_DIR) + "/bench/scenarios",
+                         std::string(ARACHNE_SOURCE_DIR) +
+                             "/bench/many-types"};
+  o.out = (dir / "llama3-8b.pt").string();
+  o.grpo.network = {.hidden = 16, .layers = 1, .head_hidden = 8,
+                    .film_hidden = 4};
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrainCommand(o, out, err), 0) << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("train llama3-8b: 2 compositions (71 "
+                                   "suite compositions excluded)"));
+  auto loaded = LoadPolicyCheckpoint(o.out);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->info.training.max_gpu_types, 6);
+  EXPECT_THAT(Slurp((dir / "llama3-8b.json").string()),
+              HasSubstr("\"max_gpu_types\": 6"));
+
+  // No more types than given: three types at --max-types 8 record 3.
+  o.gpu_types = {"H100-80GB", "A100-80GB", "A6000"};
+  o.min_types = 2;
+  o.max_types = 8;
+  o.out = (dir / "three.pt").string();
+  ASSERT_EQ(RunTrainCommand(o, out, err), 0) << err.str();
+  auto three = LoadPolicyCheckpoint(o.out);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->info.training.max_gpu_types, 3);
+}
+
 TEST(TrainCommandTest, NamesBadOptions) {
   TrainOptions o;
   o.model = "no-such-model";
@@ -147,6 +191,26 @@ TEST(TrainCommandTest, NamesBadOptions) {
   err.str("");
   EXPECT_EQ(RunTrainCommand(o, out, err), 2);
   EXPECT_THAT(err.str(), HasSubstr("--out must name a file"));
+  o.out = "/tmp/x.pt";
+  o.max_types = 17;
+  err.str("");
+  EXPECT_EQ(RunTrainCommand(o, out, err), 2);
+  EXPECT_EQ(err.str(),
+            "error: train: --max-types must be in [1, 16] (the device head's "
+            "slots), got 17\n");
+  o.max_types = 8;
+  o.min_types = 9;
+  err.str("");
+  EXPECT_EQ(RunTrainCommand(o, out, err), 2);
+  EXPECT_EQ(err.str(),
+            "error: train: --min-types must be in [1, --max-types = 8], got "
+            "9\n");
+  o.min_types = 0;
+  err.str("");
+  EXPECT_EQ(RunTrainCommand(o, out, err), 2);
+  EXPECT_EQ(err.str(),
+            "error: train: --min-types must be in [1, --max-types = 8], got "
+            "0\n");
 }
 
 }  // namespace

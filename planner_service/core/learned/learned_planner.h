@@ -50,6 +50,10 @@ class PolicyModel {
   // model-conditioned one planning a model outside its training set): the
   // planner then explores more (LearnedPlannerConfig::foreign_*).
   virtual bool PlansAModelItWasNotTrainedOn() const { return false; }
+  // The most GPU types in one of its training compositions: the default
+  // planner (planners.h) uses the policy only on clusters of at most that
+  // many. A policy that learned nothing (uniform) serves any the env takes.
+  virtual int MostGpuTypesTrainedOn() const { return kEnvDeviceSlots; }
 };
 
 // Uniform over the legal actions: no learning. Drives the
