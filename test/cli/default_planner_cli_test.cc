@@ -90,8 +90,9 @@ TEST_F(DefaultPlannerCliTest, HeldOutModelIsPlannedByTheConditionedPolicy) {
 }
 
 // Five and eight GPU types in one pool: more than the state's 4 type slots.
-// The default is template-search (no policy was trained on the grouped
-// view), saying so in one line; the types are grouped in the state, none
+// The default is template-search (the shipped llama3-8b policy was trained
+// on at most 4 types: its metadata has no training.max_gpu_types), saying
+// so in one line; the types are grouped in the state, none
 // lost: the plan's stages span types of different groups.
 TEST_F(DefaultPlannerCliTest, FiveAndEightTypeClustersArePlannedByTemplateSearch) {
   for (const auto& [cluster, types] :
@@ -101,8 +102,8 @@ TEST_F(DefaultPlannerCliTest, FiveAndEightTypeClustersArePlannedByTemplateSearch
     ASSERT_EQ(text.code, 0) << cluster << ": " << text.err;
     EXPECT_EQ(Lines(text.out).front(),
               absl::StrCat("planner: template-search (the cluster has ", types,
-                           " GPU types; no learned policy was trained on more "
-                           "than 4)"));
+                           " GPU types; the learned policy for model "
+                           "\"llama3-8b\" was trained on at most 4)"));
     CliRun r = Cli({"plan", "--model", "llama3-8b", "--cluster",
                     Example(cluster), "--format", "json"});
     ASSERT_EQ(r.code, 0) << cluster << ": " << r.err;

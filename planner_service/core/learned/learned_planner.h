@@ -171,6 +171,12 @@ struct LearnedPlannerConfig {
   // episodes); it finds the exact planner's plan on Figure 9(b)'s 160 and
   // 256 GPUs and Metis's on Figure 7(d)'s 32+32 (docs/learned-policy.md).
   bool regular_descent = true;
+  // After the greedy rollout, one seed episode of type-pure templates: for
+  // each GPU type, the fastest single template of that type alone (every
+  // TP action, depths 1, 2, 4, ... up to the depth limit), then all of them
+  // in one plan. It joins the elite episodes when it is among the fastest.
+  // Needs refinement_passes > 0.
+  bool type_pure_seed = true;
   // Iterated local search after the refinement: a kick of two random
   // structural moves from the best episode, then a refinement from there,
   // kept when faster; this many kicks in a row without a gain end it
