@@ -24,20 +24,34 @@ std::string Slurp(const std::string& path) {
   return s.str();
 }
 
-TEST(TrainCommandTest, TrainsWritesAndEvaluates) {
+// An empty directory `name` under the test's temporary directory.
+std::filesystem::path FreshDir(const std::string& name) {
   const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / "train_command_test";
+      std::filesystem::path(::testing::TempDir()) / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// A run of llama3-8b small enough for a test: 2 compositions of at most
+// `max_gpus` GPUs, a tiny network, writing `out`.
+TrainOptions TinyRun(int64_t episodes, int max_gpus, uint64_t seed,
+                     const std::filesystem::path& out) {
   TrainOptions o;
   o.model = "llama3-8b";
   o.compositions = 2;
-  o.episodes = 32;
-  o.max_gpus = 32;
-  o.seed = 3;
-  o.out = (dir / "llama3-8b.pt").string();
+  o.episodes = episodes;
+  o.max_gpus = max_gpus;
+  o.seed = seed;
+  o.out = out.string();
   o.grpo.network = {.hidden = 16, .layers = 1, .head_hidden = 8,
                     .film_hidden = 4};
+  return o;
+}
+
+TEST(TrainCommandTest, TrainsWritesAndEvaluates) {
+  const std::filesystem::path dir = FreshDir("train_command_test");
+  TrainOptions o = TinyRun(32, 32, 3, dir / "llama3-8b.pt");
   std::ostringstream out, err;
   ASSERT_EQ(RunTrainCommand(o, out, err), 0) << err.str();
   EXPECT_THAT(out.str(),
@@ -136,16 +150,8 @@ TEST(TrainCommandTest, TrainsWritesAndEvaluates) {
 }
 
 TEST(TrainCommandTest, TrainsOnManyTypesAndRecordsTheMostDrawn) {
-  const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / "train_many_types";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  TrainOptions o;
-  o.model = "llama3-8b";
-  o.compositions = 2;
-  o.episodes = 16;
-  o.max_gpus = 64;
-  o.seed = 5;
+  const std::filesystem::path dir = FreshDir("train_many_types");
+  TrainOptions o = TinyRun(16, 64, 5, dir / "llama3-8b.pt");
   o.gpu_types = {"H100-80GB", "A100-80GB", "A100-40GB",
                  "L40S",      "A6000",     "V100-32GB"};
   o.min_types = 5;
@@ -155,9 +161,6 @@ TEST(TrainCommandTest, TrainsOnManyTypesAndRecordsTheMostDrawn) {
   o.exclude_scenarios = {std::string(ARACHNE_SOURCE_DIR) + "/bench/scenarios",
                          std::string(ARACHNE_SOURCE_DIR) +
                              "/bench/many-types"};
-  o.out = (dir / "llama3-8b.pt").string();
-  o.grpo.network = {.hidden = 16, .layers = 1, .head_hidden = 8,
-                    .film_hidden = 4};
   std::ostringstream out, err;
   ASSERT_EQ(RunTrainCommand(o, out, err), 0) << err.str();
   EXPECT_THAT(out.str(), HasSubstr("train llama3-8b: 2 compositions (71 "
