@@ -485,8 +485,7 @@ absl::StatusOr<TrainReport> TrainPolicy(const TrainOptions& o,
   info.training.episodes = (*trainer)->episodes();
   info.training.compositions = report.compositions;
   info.training.seed = o.seed;
-  info.training.max_gpu_types =
-      std::min<int>(o.max_types, o.gpu_types.size());
+  info.training.max_gpu_types = gen_config.max_types;
   if (conditioned) {
     info.training.models = o.models;
     info.training.generated_models = o.generated_models;

@@ -195,23 +195,21 @@ TEST(TrainCommandTest, NamesBadOptions) {
   EXPECT_EQ(RunTrainCommand(o, out, err), 2);
   EXPECT_THAT(err.str(), HasSubstr("--out must name a file"));
   o.out = "/tmp/x.pt";
-  o.max_types = 17;
-  err.str("");
-  EXPECT_EQ(RunTrainCommand(o, out, err), 2);
-  EXPECT_EQ(err.str(),
+  // The types range: each refused with its own line, before any training.
+  auto refused = [&](int min_types, int max_types) {
+    o.min_types = min_types;
+    o.max_types = max_types;
+    err.str("");
+    EXPECT_EQ(RunTrainCommand(o, out, err), 2);
+    return err.str();
+  };
+  EXPECT_EQ(refused(2, 17),
             "error: train: --max-types must be in [1, 16] (the device head's "
             "slots), got 17\n");
-  o.max_types = 8;
-  o.min_types = 9;
-  err.str("");
-  EXPECT_EQ(RunTrainCommand(o, out, err), 2);
-  EXPECT_EQ(err.str(),
+  EXPECT_EQ(refused(9, 8),
             "error: train: --min-types must be in [1, --max-types = 8], got "
             "9\n");
-  o.min_types = 0;
-  err.str("");
-  EXPECT_EQ(RunTrainCommand(o, out, err), 2);
-  EXPECT_EQ(err.str(),
+  EXPECT_EQ(refused(0, 8),
             "error: train: --min-types must be in [1, --max-types = 8], got "
             "0\n");
 }
