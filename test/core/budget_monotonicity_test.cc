@@ -97,13 +97,12 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The budget buys something: on paper-512, mixtral-8x7b's plan at 0.9 s is
-// faster than at 20 ms (0.2015 against 0.1982 it/s when this was written;
-// 0.189 against 0.175 before the type-pure seed found the 0.1982 plan by
-// 20 ms).
+// faster than at 5 ms (0.2015 against 0.1747 it/s when this was written;
+// the grown seed reaches 0.2015 by 20 ms, the seed before it 0.1982 there).
 TEST(BudgetMonotonicity, TheBudgetIsUsed) {
   auto ctx = ExampleContext("mixtral-8x7b", "paper-512.yaml");
   EXPECT_GT(ThroughputWithin(ctx->cost_model(), 900),
-            1.01 * ThroughputWithin(ctx->cost_model(), 20));
+            1.01 * ThroughputWithin(ctx->cost_model(), 5));
 }
 
 }  // namespace

@@ -36,6 +36,10 @@ constexpr size_t kGreedyMemoEntries = 1 << 16;
 // Sampled rollouts whose best episodes are refined first, before the rest
 // of LearnedPlannerConfig::sampled_rollouts are sampled (see Run).
 constexpr int kFirstRoundRollouts = 16;
+// Type-pure templates per GPU type the grown seed may append: its fastest
+// few alone. With one (the fastest alone), the template a type adds best
+// beside the others is often missed; 3 is the one value measured.
+constexpr size_t kGrownSeedCandidates = 3;
 
 // Index of the largest probability (the first on ties: deterministic).
 int Greedy(absl::Span<const float> p) {
@@ -487,29 +491,100 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
       episode = {env->iteration_time_s(), taken};
     }
   };
-  // The type-pure seed (LearnedPlannerConfig::type_pure_seed), after the
-  // greedy rollout: per GPU type the fastest template of that type alone
-  // over every TP action and the depths 1, 2, 4, ..., then one plan of all
-  // of them, fastest type first. Refined after the first round's elites.
+  // The device slots (of present_slots, in order) with a free node after
+  // `templates`, replayed as written (they were priced as written).
+  auto slots_with_free_nodes =
+      [&](const std::vector<TemplateActions>& templates) {
+        std::vector<int> free;
+        std::vector<int> actions = WriteTemplates(templates);
+        actions.pop_back();  // STOP
+        env->Reset();
+        for (const int action : actions) {
+          const absl::Span<const uint8_t> mask = env->LegalMask();
+          if (action >= static_cast<int>(mask.size()) || !mask[action])
+            return free;
+          env->Step(action);
+        }
+        count_evaluations();
+        // A one-stage template's device head says which types have a node free.
+        if (env->head() != EnvHead::kDepth || !env->DepthMask()[1]) return free;
+        env->Step(1);
+        for (const int slot : present_slots)
+          if (env->DeviceMask()[slot]) free.push_back(slot);
+        return free;
+      };
+  // The grown seed (LearnedPlannerConfig::grown_seed), after the greedy
+  // rollout. Each GPU type's type-pure templates are priced alone (every TP
+  // action, depths 1, 2, 4, ...) and the kGrownSeedCandidates fastest kept.
+  // Then, from no template, while the seed has fewer than the most: the
+  // template that makes it fastest is appended, among the kept ones of the
+  // types it does not use yet and, at each TP action, one stage of every
+  // type with a free node left (fastest type first). Refined after the
+  // first round's elites.
   std::optional<Episode> seeded;
-  if (config_.type_pure_seed && config_.refinement_passes > 0 &&
-      roll_out_to(0)) {
-    std::vector<TemplateActions> seed;
-    for (const int slot : present_slots) {
-      double best = kInfeasible;
-      TemplateActions fastest;
+  if (config_.grown_seed && config_.refinement_passes > 0 && roll_out_to(0)) {
+    struct Priced {
+      double time;
+      TemplateActions t;
+    };
+    std::vector<std::vector<Priced>> fastest_alone(present_slots.size());
+    for (size_t i = 0; i < present_slots.size(); ++i) {
+      std::vector<Priced>& kept = fastest_alone[i];
       for (int tp = 0; tp < kEnvTpSlots; ++tp) {
         for (int depth = 1; depth <= env->depth_limit(); depth *= 2) {
           if (tracker.OutOfBudget()) break;
-          TemplateActions t(depth, StageActions{slot, tp});
+          TemplateActions t(depth, StageActions{present_slots[i], tp});
           const double time = price_exactly({t});
-          if (time < best) {
-            best = time;
-            fastest = std::move(t);
-          }
+          if (time < kInfeasible) kept.push_back({time, std::move(t)});
         }
       }
-      if (!fastest.empty()) seed.push_back(std::move(fastest));
+      std::stable_sort(
+          kept.begin(), kept.end(),
+          [](const Priced& a, const Priced& b) { return a.time < b.time; });
+      if (kept.size() > kGrownSeedCandidates) kept.resize(kGrownSeedCandidates);
+    }
+    std::vector<TemplateActions> seed;
+    std::vector<bool> used(present_slots.size(), false);
+    double seed_time = kInfeasible;
+    while (static_cast<int>(seed.size()) < env_config.max_templates &&
+           !tracker.OutOfBudget()) {
+      const std::vector<int> free = slots_with_free_nodes(seed);
+      seed.emplace_back();
+      std::optional<TemplateActions> chosen;
+      int chosen_type = -1;  // index into present_slots; -1: the mixed one
+      auto consider = [&](const TemplateActions& t, double time, int type) {
+        if (seed.size() > 1 || time >= kInfeasible) {
+          seed.back() = t;
+          time = price_exactly(seed);
+        }
+        if (time < seed_time) {
+          seed_time = time;
+          chosen = t;
+          chosen_type = type;
+        }
+      };
+      for (size_t i = 0; i < present_slots.size(); ++i) {
+        if (used[i]) continue;
+        for (const Priced& p : fastest_alone[i]) {
+          if (tracker.OutOfBudget()) break;
+          consider(p.t, p.time, static_cast<int>(i));
+        }
+      }
+      for (int tp = 0; free.size() > 1 && tp < kEnvTpSlots; ++tp) {
+        if (tracker.OutOfBudget()) break;
+        TemplateActions t;
+        for (const int slot : free) {
+          if (static_cast<int>(t.size()) == env->depth_limit()) break;
+          t.push_back(StageActions{slot, tp});
+        }
+        consider(t, kInfeasible, -1);
+      }
+      if (!chosen) {
+        seed.pop_back();
+        break;
+      }
+      seed.back() = *std::move(chosen);
+      if (chosen_type >= 0) used[chosen_type] = true;
     }
     if (!seed.empty() && !tracker.OutOfBudget()) {
       play({}, Pick::kGreedy, WriteTemplates(seed));

@@ -171,15 +171,22 @@ struct LearnedPlannerConfig {
   // episodes); it finds the exact planner's plan on Figure 9(b)'s 160 and
   // 256 GPUs and Metis's on Figure 7(d)'s 32+32 (docs/learned-policy.md).
   bool regular_descent = true;
-  // After the greedy rollout, one seed episode of type-pure templates: for
-  // each GPU type, the fastest single template of that type alone (every
-  // TP action, depths 1, 2, 4, ... up to the depth limit), then all of them
-  // in one plan, refined after the first round's sampled elites (taking
-  // none of their places: among them it moved bench/scenarios plans by up
-  // to 3.8%). On bench/moe-scale it brings the 0.1 s plan within 0.97 of
-  // the 0.9 s one on 18 of 27 runs against 15 (docs/learned-policy.md,
-  // Inference). Needs refinement_passes > 0.
-  bool type_pure_seed = true;
+  // After the greedy rollout, one seed episode grown a template at a time:
+  // from no template, while it has fewer than the most, the one that makes
+  // it fastest is appended, among each type's fastest few type-pure
+  // templates alone (every TP action, depths 1, 2, 4, ... up to the depth
+  // limit) for the types it does not use yet, and one stage of every type
+  // with a free node left, at each TP action. Refined after the first
+  // round's sampled elites (taking none of their places: among them the
+  // seed before it moved bench/scenarios plans by up to 3.8%). Against that
+  // earlier seed (one type-pure template per type, each the fastest alone;
+  // on eight types it left 64 of 96 GPUs idle), 3 seeds side by side on
+  // bench/moe-scale at 0.1 s: template-search +2.2%, within 0.97 of its
+  // 0.9 s plan on 18 of 27 runs against 13, no plan on half the GPUs or
+  // fewer against 7; at 0.9 s and on bench/many-types both planners move
+  // by less than run-to-run noise (docs/learned-policy.md, Inference).
+  // Needs refinement_passes > 0.
+  bool grown_seed = true;
   // Iterated local search after the refinement: a kick of two random
   // structural moves from the best episode, then a refinement from there,
   // kept when faster; this many kicks in a row without a gain end it
