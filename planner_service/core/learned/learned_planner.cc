@@ -519,8 +519,9 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
   // Then, from no template, while the seed has fewer than the most: the
   // template that makes it fastest is appended, among the kept ones of the
   // types it does not use yet and, at each TP action, one stage of every
-  // type with a free node left (fastest type first). Refined after the
-  // first round's elites.
+  // type with a free node left (fastest type first). The plan of every
+  // type's fastest alone side by side seeds instead when it is faster.
+  // Refined after the first round's elites.
   std::optional<Episode> seeded;
   if (config_.grown_seed && config_.refinement_passes > 0 && roll_out_to(0)) {
     struct Priced {
@@ -589,6 +590,18 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
     if (!seed.empty() && !tracker.OutOfBudget()) {
       play({}, Pick::kGreedy, WriteTemplates(seed));
       if (!env->plan().templates.empty())
+        seeded = Episode{env->iteration_time_s(), taken};
+    }
+    // Growing from the fastest template alone can miss every type's
+    // fastest side by side (DeepSeek-V3 on 256 A100-80GB + 256 H100: 120.2
+    // s an iteration grown, 102.8 s side by side): the faster one seeds.
+    std::vector<TemplateActions> side_by_side;
+    for (const std::vector<Priced>& kept : fastest_alone)
+      if (!kept.empty()) side_by_side.push_back(kept.front().t);
+    if (!side_by_side.empty() && !tracker.OutOfBudget()) {
+      play({}, Pick::kGreedy, WriteTemplates(side_by_side));
+      if (!env->plan().templates.empty() &&
+          (!seeded || env->iteration_time_s() < seeded->iteration_time_s))
         seeded = Episode{env->iteration_time_s(), taken};
     }
   }

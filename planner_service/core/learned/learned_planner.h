@@ -176,9 +176,12 @@ struct LearnedPlannerConfig {
   // it fastest is appended, among each type's fastest few type-pure
   // templates alone (every TP action, depths 1, 2, 4, ... up to the depth
   // limit) for the types it does not use yet, and one stage of every type
-  // with a free node left, at each TP action. Refined after the first
-  // round's sampled elites (taking none of their places: among them the
-  // seed before it moved bench/scenarios plans by up to 3.8%). Against that
+  // with a free node left, at each TP action; the plan of every type's
+  // fastest alone side by side seeds instead when it is faster (on
+  // DeepSeek-V3 on 256 A100-80GB + 256 H100 it is: 102.8 s an iteration
+  // against 120.2 grown). Refined after the first round's sampled elites
+  // (taking none of their places: among them the seed before it moved
+  // bench/scenarios plans by up to 3.8%). Against that
   // earlier seed (one type-pure template per type, each the fastest alone;
   // on eight types it left 64 of 96 GPUs idle), 3 seeds side by side on
   // bench/moe-scale at 0.1 s: template-search +2.2%, within 0.97 of its
