@@ -122,6 +122,8 @@ TEST(GrownSeed, SeedsWithEveryTypesFastestSideBySideWhenThatIsFaster) {
   ASSERT_TRUE(ctx.ok()) << ctx.status();
   const PlanResult seeded = SearchWith((*ctx)->cost_model(), true, 1000);
   ASSERT_TRUE(ValidatePlan(seeded.plan, (*ctx)->cost_model()).ok());
+  // The cost model's predicted iteration, after a fixed number of
+  // evaluations: deterministic, no clock involved.
   EXPECT_LT(seeded.prediction.iteration_time_s, 103.0);
   EXPECT_EQ(UnusedGpus(seeded.plan, (*ctx)->cost_model()), 0);
   const PlanResult without = SearchWith((*ctx)->cost_model(), false, 1000);

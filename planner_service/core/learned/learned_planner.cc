@@ -587,19 +587,17 @@ absl::StatusOr<PlanResult> LearnedPlanner::Run(const CostModel& cm,
       seed.back() = *std::move(chosen);
       if (chosen_type >= 0) used[chosen_type] = true;
     }
-    if (!seed.empty() && !tracker.OutOfBudget()) {
-      play({}, Pick::kGreedy, WriteTemplates(seed));
-      if (!env->plan().templates.empty())
-        seeded = Episode{env->iteration_time_s(), taken};
-    }
     // Growing from the fastest template alone can miss every type's
     // fastest side by side (DeepSeek-V3 on 256 A100-80GB + 256 H100: 120.2
     // s an iteration grown, 102.8 s side by side): the faster one seeds.
     std::vector<TemplateActions> side_by_side;
     for (const std::vector<Priced>& kept : fastest_alone)
       if (!kept.empty()) side_by_side.push_back(kept.front().t);
-    if (!side_by_side.empty() && !tracker.OutOfBudget()) {
-      play({}, Pick::kGreedy, WriteTemplates(side_by_side));
+    for (const std::vector<TemplateActions>* candidate :
+         {&seed, &side_by_side}) {
+      if (candidate->empty() || tracker.OutOfBudget()) continue;
+      if (candidate == &side_by_side && side_by_side == seed) continue;
+      play({}, Pick::kGreedy, WriteTemplates(*candidate));
       if (!env->plan().templates.empty() &&
           (!seeded || env->iteration_time_s() < seeded->iteration_time_s))
         seeded = Episode{env->iteration_time_s(), taken};
